@@ -1,0 +1,37 @@
+"""`composer export`: write a study's best pipeline as YAML (for `composer eval --config`) or a script."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import typer
+
+from composer.cli.trials import EXPERIMENT, STORAGE
+
+
+def export_command(
+    study: str | None = typer.Argument(None, help="Study name (default: the experiment's name)."),
+    out: Path = typer.Option(..., "--out", "-o", help="File to write (best.yaml, best.py)."),
+    fmt: Literal["yaml", "python"] = typer.Option(
+        "yaml", "--format", help="yaml: pipeline + scores + provenance; python: a runnable script."
+    ),
+    trial: int | None = typer.Option(None, "--trial", help="Export this trial instead of the best one."),
+    experiment: Path | None = EXPERIMENT,
+    storage: str | None = STORAGE,
+) -> None:
+    """Export the best trial's self-contained pipeline config, its scores and provenance."""
+    from rich.console import Console
+
+    from composer.study.experiment import locate_study
+    from composer.study.export import best_trial, export_document, write_export
+    from composer.study.study import load_study
+
+    name, url, _ = locate_study(study, experiment, storage)
+    loaded = load_study(name, url)
+    chosen = best_trial(loaded, trial)
+    write_export(export_document(loaded, chosen, url), out, fmt)
+    composite = chosen.user_attrs.get("metrics", {}).get("composite")
+    score = f" (composite {composite:.4f})" if isinstance(composite, float) else ""
+    Console(stderr=True).print(f"trial #{chosen.number}{score} of study {name} written to {out}",
+                               highlight=False)

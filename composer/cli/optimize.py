@@ -1,0 +1,61 @@
+"""`composer optimize`: run (or continue) an Optuna study over pipeline configurations."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+from composer.errors import ComposerError
+
+
+def optimize_command(
+    experiment: Path = typer.Argument(..., help="Experiment YAML (data, search space, objective...)."),
+    n_trials: int | None = typer.Option(
+        None, "--n-trials", min=1, help="Total finished trials to reach (default: the experiment's n_trials)."
+    ),
+    study_name: str | None = typer.Option(
+        None, "--study-name", help="Study to create or continue (default: the experiment's name)."
+    ),
+) -> None:
+    """Search the configuration space; every trial goes to MLflow. Run it again to continue the study."""
+    from rich.console import Console
+
+    from composer.study.experiment import load_experiment
+    from composer.study.leaderboard import render_leaderboard
+    from composer.study.study import run_study
+
+    # MLflow logs its table migrations and trace flushes at INFO; the live view is the progress report.
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    exp = load_experiment(experiment)
+    err = Console(stderr=True)
+    result = run_study(exp, n_trials=n_trials, study_name=study_name, console=err)
+    errors = result.summary["errors"]
+    if result.summary["n_complete"] == 0 and errors:
+        raise ComposerError(f"no trial of study {result.name} completed; first error: {errors[0]}")
+    out = Console()
+    out.print(render_leaderboard(result.leaderboard, title=f"study {result.name}", limit=10))
+    summary = result.summary
+    if summary["best_trial"] is not None:
+        out.print(f"best: trial #{summary['best_trial']}, composite {summary['best_value']:.4f}",
+                  highlight=False)
+    enc = summary["encode"]
+    out.print(f"indexes: {enc['unique_index_keys']} unique keys, {enc['index_builds']} built "
+              f"({enc['encode_passes']} encode passes), {enc['index_reuses']} reused; "
+              f"{enc['repeats_skipped']} repeated configs answered from earlier trials", highlight=False)
+    held = summary.get("held_out")
+    if held and "difference" in held:
+        d = held["difference"]
+        verdict = "yes" if d["winner_really_better"] else "not significantly"
+        out.print(f"held-out ({held['n_questions']} questions): winner #{held['winner']['trial']} "
+                  f"{held['winner']['held_out_composite']:.4f} vs runner-up #{held['runner_up']['trial']} "
+                  f"{held['runner_up']['held_out_composite']:.4f}; difference {d['mean']:+.4f} "
+                  f"95% CI [{d['ci95'][0]:+.4f}, {d['ci95'][1]:+.4f}] – really better: {verdict}",
+                  highlight=False)
+    elif held:
+        out.print(f"held-out ({held['n_questions']} questions): winner #{held['winner']['trial']} "
+                  f"{held['winner']['held_out_composite']:.4f}", highlight=False)
+    out.print(f"MLflow: {result.tracking_uri} (composer ui --experiment {experiment}) · "
+              f"export: composer export {result.name} --experiment {experiment} --out best.yaml",
+              highlight=False)

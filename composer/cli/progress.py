@@ -1,0 +1,42 @@
+"""Rich progress bars on stderr for the pipeline's encode, index and query stages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from composer.pipeline.pipeline import ProgressHook
+
+_LABELS = {"encode": "encoding", "index": "indexing", "query": "querying"}
+
+
+@contextmanager
+def pipeline_progress(enabled: bool = True) -> Iterator[ProgressHook | None]:
+    """A ``ProgressHook`` drawing one bar per stage; ``None`` when disabled (e.g. with ``--json``)."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TaskID,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bars:
+        tasks: dict[str, TaskID] = {}
+
+        def hook(stage: str, done: int, total: int) -> None:
+            if total == 0:
+                return
+            if stage not in tasks:
+                tasks[stage] = bars.add_task(_LABELS.get(stage, stage), total=total)
+            bars.update(tasks[stage], completed=done, total=total)
+
+        yield hook

@@ -1,0 +1,43 @@
+"""`composer search`: ranked chunks for one question, to eyeball a configuration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from composer.cli.options import QDRANT, WORKDIR, qdrant_api_key
+
+
+def search_command(
+    query: str = typer.Argument(..., help="The question to search for."),
+    corpus: Path = typer.Option(..., "--corpus", help="Corpus the index is built from."),
+    config: Path = typer.Option(..., "--config", help="Pipeline YAML."),
+    workdir: Path = WORKDIR,
+    qdrant: str | None = QDRANT,
+    width: int = typer.Option(160, "--width", help="Characters of each chunk to show."),
+) -> None:
+    """Print the chunks the pipeline retrieves for QUERY, best first."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from composer.cli.progress import pipeline_progress
+    from composer.data import load_corpus
+    from composer.pipeline.pipeline import Pipeline
+
+    docs = load_corpus(corpus)
+    with pipeline_progress() as hook:
+        pipeline = Pipeline.from_config(
+            config, workdir=workdir, qdrant=qdrant, api_key=qdrant_api_key(), progress=hook
+        )
+        pipeline.index(docs)
+        hits = pipeline.search(query)
+    table = Table(title=query, show_lines=True)
+    for column in ("rank", "score", "chunk", "text"):
+        table.add_column(column, overflow="fold")
+    for rank, hit in enumerate(hits, 1):
+        text = " ".join((hit.text or "").split())
+        table.add_row(
+            str(rank), f"{hit.score:.4f}", hit.id, text[:width] + ("…" if len(text) > width else "")
+        )
+    Console().print(table)

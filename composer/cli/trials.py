@@ -1,0 +1,37 @@
+"""`composer trials`: a study's leaderboard."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+EXPERIMENT = typer.Option(
+    None, "--experiment", "-e", help="Experiment YAML whose storage (and name) to use."
+)
+STORAGE = typer.Option(
+    None, "--storage", help="Optuna storage URL (default: the experiment's, else sqlite:///.composer/optuna.db)."
+)
+
+
+def trials_command(
+    study: str | None = typer.Argument(None, help="Study name (default: the experiment's name)."),
+    experiment: Path | None = EXPERIMENT,
+    storage: str | None = STORAGE,
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Show only the best N trials."),
+    as_csv: bool = typer.Option(False, "--csv", help="Print the leaderboard as CSV on stdout."),
+) -> None:
+    """Rank a study's trials by the composite objective (complete first, then pruned and failed)."""
+    from rich.console import Console
+
+    from composer.study.experiment import locate_study
+    from composer.study.leaderboard import leaderboard, render_leaderboard
+    from composer.study.study import load_study
+
+    name, url, _ = locate_study(study, experiment, storage)
+    board = leaderboard(load_study(name, url))
+    if as_csv:
+        sys.stdout.write(board.head(limit).to_csv(index=False) if limit else board.to_csv(index=False))
+        return
+    Console().print(render_leaderboard(board, title=f"study {name} ({len(board)} trials)", limit=limit))

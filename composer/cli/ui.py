@@ -1,0 +1,37 @@
+"""`composer ui`: open a study's MLflow store in the MLflow UI, on this machine only."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from pathlib import Path
+
+import typer
+
+from composer.cli.trials import EXPERIMENT
+
+
+def ui_command(
+    experiment: Path | None = EXPERIMENT,
+    tracking_uri: str | None = typer.Option(
+        None, "--tracking-uri", help="MLflow store (default: the experiment's, else sqlite:///.composer/mlflow.db)."
+    ),
+    port: int = typer.Option(5000, "--port", min=1, max=65535),
+) -> None:
+    """Start the MLflow UI on 127.0.0.1 for the study's store and print its URL (Ctrl-C stops it)."""
+    from composer.study.experiment import DEFAULT_WORKDIR, load_experiment
+    from composer.study.tracking import is_local_store
+
+    exp = load_experiment(experiment) if experiment is not None else None
+    workdir = exp.work_dir if exp is not None else DEFAULT_WORKDIR.resolve()
+    uri = tracking_uri or (exp.tracking_uri if exp is not None else f"sqlite:///{workdir / 'mlflow.db'}")
+    if not is_local_store(uri):
+        typer.echo(f"MLflow server: {uri}")
+        return
+    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
+               "--default-artifact-root", str(workdir / "mlartifacts"), "--host", "127.0.0.1",
+               "--port", str(port)]
+    typer.echo(f"MLflow UI for {uri}: http://127.0.0.1:{port}  (Ctrl-C to stop)")
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C reaches mlflow too; it stops cleanly
+        subprocess.run(command, check=False)

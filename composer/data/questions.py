@@ -1,0 +1,117 @@
+"""Question sets from files, DataFrames or lists of dicts, checked against the corpus they are asked on.
+
+Fields (names match case-insensitively; aliases are the names of the tools users come from):
+
+- ``id``, also ``qid``, ``query_id``, ``question_id``; missing ids are generated (below).
+- ``question``, also ``query``, ``user_input`` (Ragas); required and non-empty.
+- ``relevant_ids``, also ``relevant``: document ids, or chunk ids ``<doc id>#<n>``.
+- ``reference_answer``, also ``answer``, ``ground_truth``, ``reference`` (Ragas).
+- ``answers``, also ``ground_truths``: every gold answer (SQuAD's ``{"text": [...]}`` works too).
+- ``context``, also ``contexts``, ``reference_contexts`` (Ragas): gold context passages.
+- ``metadata``: an object; every other column is added to it.
+
+A missing id is ``q-`` + the first 12 hex digits of SHA-1 of the question text (``-2``, ``-3``... for
+repeats of the same text), so it is stable across runs and does not depend on the other rows. List cells
+in tables follow :mod:`composer.data.fields`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from composer.data.fields import IdMaker, UniqueIds, Where, as_id, as_list, as_metadata, as_text, split_fields
+from composer.data.readers import memory_records, read_records
+from composer.data.types import Corpus, Question, QuestionSet
+from composer.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+_ALIASES = {
+    **dict.fromkeys(("id", "qid", "query_id", "question_id"), "id"),
+    **dict.fromkeys(("question", "query", "user_input"), "question"),
+    **dict.fromkeys(("relevant_ids", "relevant"), "relevant_ids"),
+    **dict.fromkeys(("reference_answer", "answer", "ground_truth", "reference"), "reference_answer"),
+    **dict.fromkeys(("answers", "ground_truths"), "answers"),
+    **dict.fromkeys(("context", "contexts", "reference_contexts"), "context"),
+    "metadata": "metadata",
+}
+
+
+def load_questions(source: Any, *, corpus: Corpus | None = None, strict: bool = False) -> QuestionSet:
+    """Load and validate a question set.
+
+    ``source`` is a path (.jsonl, .json, .csv, .tsv, .xlsx, .parquet), a pandas DataFrame or a list of dicts.
+    With ``corpus``, relevant ids that name no document (nor a chunk of one) are reported: a warning on the
+    ``composer.data.questions`` logger, or an InputError when ``strict``.
+    """
+    records = read_records(source) if isinstance(source, (str, Path)) else memory_records(source)
+    unique = UniqueIds("question", records.unit)
+    make_id = IdMaker("q")
+    questions: list[Question] = []
+    lines: list[int] = []
+    for line, row in records.rows:
+        where = Where(records.source, line, records.tabular)
+        question = _question(row, where, make_id)
+        unique.add(question.id, where)
+        questions.append(question)
+        lines.append(line)
+    question_set = QuestionSet(questions, records.source)
+    if corpus is not None:
+        _check_relevant_ids(question_set, lines, corpus, strict=strict)
+    return question_set
+
+
+def unknown_relevant_ids(questions: Iterable[Question], corpus: Corpus) -> list[str]:
+    """Distinct relevant ids, in order of appearance, that are neither a document nor ``<doc id>#<n>``."""
+    unknown: dict[str, None] = {}
+    for q in questions:
+        for rid in q.relevant_ids:
+            if not _in_corpus(rid, corpus):
+                unknown.setdefault(rid, None)
+    return list(unknown)
+
+
+def _question(row: dict[str, Any], where: Where, make_id: IdMaker) -> Question:
+    fields, extra = split_fields(row, _ALIASES, where)
+    text = as_text(fields.get("question"), where, "question")
+    if text is None or not text.strip():
+        raise where.error("missing question text", field="question")
+    text = text.strip()
+    relevant = as_list(fields.get("relevant_ids"), where, "relevant_ids", ids=True)
+    reference = (as_text(fields.get("reference_answer"), where, "reference_answer") or "").strip()
+    return Question(
+        id=as_id(fields.get("id"), where) or make_id.make(text),
+        question=text,
+        relevant_ids=tuple(dict.fromkeys(relevant)),
+        reference_answer=reference or None,
+        answers=tuple(a.strip() for a in as_list(fields.get("answers"), where, "answers", ids=False)),
+        context=as_list(fields.get("context"), where, "context", ids=False),
+        metadata={**extra, **as_metadata(fields.get("metadata"), where)},
+    )
+
+
+def _check_relevant_ids(questions: QuestionSet, lines: list[int], corpus: Corpus, *, strict: bool) -> None:
+    unknown = unknown_relevant_ids(questions, corpus)
+    if not unknown:
+        return
+    total = len({rid for q in questions for rid in q.relevant_ids})
+    examples = ", ".join(unknown[:3])
+    message = (
+        f"{len(unknown)} of {total} relevant ids are not in the corpus {corpus.source} (e.g. {examples})"
+    )
+    if strict:
+        bad = set(unknown)
+        pairs = zip(questions, lines, strict=True)
+        first = next(line for q, line in pairs if bad.intersection(q.relevant_ids))
+        raise InputError(message, path=questions.source, line=first, field="relevant_ids")
+    logger.warning("%s: %s", questions.source, message)
+
+
+def _in_corpus(item_id: str, corpus: Corpus) -> bool:
+    if item_id in corpus:
+        return True
+    doc_id, sep, index = item_id.rpartition("#")
+    return bool(sep) and index.isdigit() and doc_id in corpus

@@ -1,0 +1,329 @@
+"""Rows from user files and in-memory tables, each tagged with where it came from.
+
+Every reader returns :class:`Records`: ``(number, row)`` pairs where ``number`` is what a user would look up
+in the file: the physical line for JSON Lines, JSON arrays (the line an object starts on) and CSV (the line a
+record starts on, so multi-line cells do not shift it), the spreadsheet row for XLSX (the header is row 1),
+and the 1-based row for Parquet, DataFrames and lists of dicts. Missing values (``None``, NaN, empty CSV
+cells) are dropped from the row, so loaders see one kind of "missing".
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from composer.errors import InputError
+
+Row = tuple[int, dict[str, Any]]
+
+READERS_BY_EXTENSION = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".xlsx": "xlsx",
+    ".parquet": "parquet",
+}
+SUPPORTED_EXTENSIONS = tuple(READERS_BY_EXTENSION)
+
+_JSON_WS = re.compile(r"[ \t\r\n]*")
+_PANDAS_INDEX = re.compile(r"__index_level_\d+__")
+
+
+@dataclass(frozen=True)
+class Records:
+    """Rows of one source.
+
+    ``tabular`` is true for sources whose cells are flat values (CSV, XLSX, Parquet, DataFrame): there a
+    string in a list field follows the cell convention of :func:`composer.data.fields.as_list`.
+    ``unit`` names what the numbers count ("line" or "row"), for messages.
+    """
+
+    source: str
+    rows: list[Row]
+    tabular: bool
+    unit: str
+
+
+def read_records(path: str | Path) -> Records:
+    """Read a JSONL, JSON array, CSV/TSV, XLSX or Parquet file; raise InputError on anything unreadable."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError("file not found", path=p)
+    if p.is_dir():
+        raise InputError("expected a file, got a directory", path=p)
+    kind = READERS_BY_EXTENSION.get(p.suffix.lower())
+    if kind is None:
+        raise InputError(
+            f"unsupported file type '{p.suffix or '(none)'}'; supported: {', '.join(SUPPORTED_EXTENSIONS)}",
+            path=p,
+        )
+    if kind in ("xlsx", "parquet"):
+        if p.stat().st_size == 0:
+            raise InputError("file is empty", path=p)
+        rows = _read_xlsx(p) if kind == "xlsx" else _read_parquet(p)
+        return _nonempty(Records(str(p), rows, tabular=True, unit="row"))
+    text = read_text(p)
+    if not text.strip():
+        raise InputError("file is empty", path=p)
+    if kind == "csv":
+        rows = _read_csv(text, p, delimiter="\t" if p.suffix.lower() == ".tsv" else None)
+        return _nonempty(Records(str(p), rows, tabular=True, unit="line"))
+    return _nonempty(Records(str(p), parse_json_rows(text, p), tabular=False, unit="line"))
+
+
+def parse_json_rows(text: str, path: Path) -> list[Row]:
+    """Objects of a JSON array or of JSON Lines: a .json file holding JSON Lines is common enough to accept,
+    so only a leading '[' means an array."""
+    return _read_json_array(text, path) if text.lstrip().startswith("[") else _read_jsonl(text, path)
+
+
+def memory_records(source: Any) -> Records:
+    """Rows of a pandas DataFrame or an iterable of dicts (numbered from 1, like spreadsheet rows)."""
+    if _is_dataframe(source):
+        items: Iterable[Any] = source.to_dict(orient="records")
+        name, tabular = "<DataFrame>", True
+    elif isinstance(source, Iterable) and not isinstance(source, (str, bytes, Mapping)):
+        items, name, tabular = source, "<list>", False
+    else:
+        raise InputError(
+            f"expected a file path, a pandas DataFrame or a list of dicts, got {type(source).__name__}"
+        )
+    rows: list[Row] = []
+    for number, item in enumerate(items, start=1):
+        if not isinstance(item, Mapping):
+            raise InputError(f"expected a dict, got {type(item).__name__}", path=name, line=number)
+        rows.append((number, clean_row(item)))
+    return _nonempty(Records(name, rows, tabular=tabular, unit="row"))
+
+
+def read_text(path: Path) -> str:
+    """The file decoded as strict UTF-8 (a leading BOM is dropped); bad bytes are located exactly."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"cannot read file: {e.strerror or e}", path=path) from e
+    return decode_utf8(data, path)
+
+
+def decode_utf8(data: bytes, path: str | Path) -> str:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        bad = data[e.start : e.end].hex(" ")
+        raise InputError(
+            f"not valid UTF-8: byte(s) {bad} at byte offset {e.start}; save the file as UTF-8",
+            path=path,
+            line=line,
+        ) from e
+
+
+def clean_row(row: Mapping[Any, Any]) -> dict[str, Any]:
+    """String keys, plain Python values, and no missing values (None / NaN / NaT)."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        plain = _plain(value)
+        if plain is None or (isinstance(key, str) and _PANDAS_INDEX.fullmatch(key)):
+            continue
+        out[str(key)] = plain
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars and arrays become Python values; NaN-like values become None."""
+    if hasattr(value, "tolist") and type(value).__module__ == "numpy":
+        value = value.tolist()
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if type(value).__name__ in ("NAType", "NaTType"):
+        return None
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _nonempty(records: Records) -> Records:
+    if not records.rows:
+        raise InputError("no records found", path=records.source)
+    return records
+
+
+def _read_jsonl(text: str, path: Path) -> list[Row]:
+    rows: list[Row] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as e:
+            if not rows:
+                _reject_single_document(text, path)
+            raise InputError(f"invalid JSON: {e.msg} (column {e.colno})", path=path, line=number) from e
+        rows.append((number, _object(value, path, number)))
+    return rows
+
+
+def _reject_single_document(text: str, path: Path) -> None:
+    """A pretty-printed JSON object fails on line 1 as JSON Lines; say what is wrong instead."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return
+    raise InputError(
+        f"expected JSON Lines (one object per line) or a JSON array of objects, "
+        f"got {_json_type(value)} spread over several lines",
+        path=path,
+        line=1,
+    )
+
+
+def _read_json_array(text: str, path: Path) -> list[Row]:
+    """Decode the array element by element, so each object keeps the line it starts on."""
+    decoder = json.JSONDecoder()
+    rows: list[Row] = []
+    pos = _skip_ws(text, text.index("[") + 1)
+    if text.startswith("]", pos):
+        return _expect_end(text, pos + 1, path, rows)
+    line, counted = 1, 0  # line number at offset `counted`, advanced incrementally
+    while True:
+        try:
+            value, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as e:
+            raise InputError(f"invalid JSON: {e.msg} (column {e.colno})", path=path, line=e.lineno) from e
+        line, counted = line + text.count("\n", counted, pos), pos
+        rows.append((line, _object(value, path, line)))
+        pos = _skip_ws(text, end)
+        if text.startswith(",", pos):
+            pos = _skip_ws(text, pos + 1)
+        elif text.startswith("]", pos):
+            return _expect_end(text, pos + 1, path, rows)
+        else:
+            where = line + text.count("\n", counted, pos)
+            message = "invalid JSON: expected ',' or ']' after an array element"
+            raise InputError(message, path=path, line=where)
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    match = _JSON_WS.match(text, pos)
+    return match.end() if match else pos
+
+
+def _expect_end(text: str, pos: int, path: Path, rows: list[Row]) -> list[Row]:
+    extra = _skip_ws(text, pos)
+    if extra < len(text):
+        line = text.count("\n", 0, extra) + 1
+        raise InputError("invalid JSON: extra data after the array", path=path, line=line)
+    return rows
+
+
+def _object(value: Any, path: Path, line: int) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InputError(f"expected a JSON object, got {_json_type(value)}", path=path, line=line)
+    return clean_row(value)
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number"
+    )
+
+
+def _read_csv(text: str, path: Path, delimiter: str | None) -> list[Row]:
+    """Python's csv module (not pandas) so records keep their line numbers and cells stay strings."""
+    end = text.find("\n")
+    header_line = text if end < 0 else text[:end]
+    # The header holds plain column names, so the most frequent candidate there is the delimiter.
+    sep = delimiter or max((",", ";", "\t"), key=header_line.count)
+    # Whole documents can sit in one cell: lift the csv module's 128 KiB default cap on a field.
+    csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
+    header = _header(next(reader), path, 1)
+    rows: list[Row] = []
+    start = reader.line_num + 1
+    try:
+        for cells in reader:
+            if any(c.strip() for c in cells):
+                rows.append((start, _csv_row(header, cells, path, start)))
+            start = reader.line_num + 1
+    except csv.Error as e:
+        raise InputError(f"invalid CSV: {e}", path=path, line=start) from e
+    return rows
+
+
+def _csv_row(header: list[str | None], cells: list[str], path: Path, line: int) -> dict[str, Any]:
+    if len(cells) > len(header):
+        raise InputError(f"{len(cells)} cells but the header has {len(header)} columns", path=path, line=line)
+    named = zip(header, cells, strict=False)  # short rows: the trailing cells are missing
+    return {name: cell for name, cell in named if name is not None and cell.strip()}
+
+
+def _header(cells: Iterable[Any], path: Path, line: int) -> list[str | None]:
+    """Column names; blank header cells become None (their column is ignored)."""
+    names = [str(c).strip() if c is not None and str(c).strip() else None for c in cells]
+    seen: set[str] = set()
+    for name in names:
+        if name is not None and name in seen:
+            raise InputError(f"duplicate column '{name}' in the header", path=path, line=line)
+        if name is not None:
+            seen.add(name)
+    if not seen:
+        raise InputError("the header row has no column names", path=path, line=line)
+    return names
+
+
+def _read_xlsx(path: Path) -> list[Row]:
+    """First worksheet; the first row is the header, numbers are the spreadsheet's own row numbers."""
+    import openpyxl
+
+    try:
+        book = openpyxl.load_workbook(path, read_only=True, data_only=True)
+    except Exception as e:  # openpyxl raises zipfile, KeyError and XML errors for damaged files
+        raise InputError(f"cannot read XLSX: {e}", path=path) from e
+    try:
+        sheet_rows: Iterator[tuple[Any, ...]] = book.worksheets[0].iter_rows(values_only=True)
+        header: list[str | None] | None = None
+        rows: list[Row] = []
+        for number, cells in enumerate(sheet_rows, start=1):
+            if header is None:
+                if any(_xlsx_cell(c) is not None for c in cells):  # blank rows above the header are skipped
+                    header = _header(cells, path, number)
+                continue
+            named = zip(header, cells, strict=False)
+            row = clean_row({name: _xlsx_cell(v) for name, v in named if name is not None})
+            if row:
+                rows.append((number, row))
+        if header is None:
+            raise InputError("file is empty", path=path)
+        return rows
+    finally:
+        book.close()
+
+
+def _xlsx_cell(value: Any) -> Any:
+    if isinstance(value, str) and not value.strip():
+        return None
+    return value
+
+
+def _read_parquet(path: Path) -> list[Row]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as e:
+        raise InputError(f"cannot read Parquet: {e}", path=path) from e
+    return [(number, clean_row(row)) for number, row in enumerate(table.to_pylist(), start=1)]
+
+
+def _is_dataframe(value: Any) -> bool:
+    return type(value).__name__ == "DataFrame" and hasattr(value, "to_dict")

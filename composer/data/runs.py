@@ -1,0 +1,103 @@
+"""Retrieval runs of any system: Composer's JSON Lines layout or a TREC run file.
+
+JSON Lines (or a JSON array): one object per question, ``{"id": question id, "results": [{"id": doc or
+chunk id, "score": number, "text": optional, "doc_id": optional}, ...]}`` (``qid`` is accepted for ``id``).
+TREC: ``qid Q0 docid rank score tag`` per line, whitespace separated. Hits keep the file's order; metrics
+apply trec_eval's ordering themselves. The format is detected from the content (a leading ``{`` or ``[``
+means JSON), whatever the extension (.jsonl, .json, .trec, .run, .txt...).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from composer.data.fields import UniqueIds, Where, as_id
+from composer.data.readers import parse_json_rows, read_text
+from composer.data.types import Hit, Run
+from composer.errors import InputError
+
+RunFormat = Literal["jsonl", "trec"]
+
+
+def load_run(path: str | Path, *, fmt: RunFormat | None = None) -> Run:
+    """Question id -> hits; ``fmt`` overrides content detection."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("file not found" if not p.exists() else "expected a file, got a directory", path=p)
+    text = read_text(p)
+    if not text.strip():
+        raise InputError("file is empty", path=p)
+    if fmt is None:
+        fmt = "jsonl" if text.lstrip()[0] in "{[" else "trec"
+    if fmt == "jsonl":
+        return _json_run(text, p)
+    if fmt == "trec":
+        return _trec_run(text, p)
+    raise InputError(f"unknown run format '{fmt}'; expected jsonl or trec", path=p)
+
+
+def _json_run(text: str, path: Path) -> Run:
+    rows = parse_json_rows(text, path)
+    if not rows:
+        raise InputError("no records found", path=path)
+    run: Run = {}
+    unique = UniqueIds("question", "line")
+    for line, row in rows:
+        where = Where(str(path), line, tabular=False)
+        if "id" in row and "qid" in row:
+            raise where.error("both 'id' and 'qid' given; keep one", field="id")
+        qid = as_id(row.get("id", row.get("qid")), where)
+        if qid is None:
+            raise where.error("missing question id", field="id")
+        unique.add(qid, where)
+        results = row.get("results")
+        if not isinstance(results, list):
+            raise where.error("expected a list of results", field="results")
+        run[qid] = [_json_hit(item, where, f"results[{i}]") for i, item in enumerate(results)]
+    return run
+
+
+def _json_hit(item: Any, where: Where, name: str) -> Hit:
+    if not isinstance(item, dict):
+        raise where.error("expected an object with 'id' and 'score'", field=name)
+    hit_id = as_id(item.get("id"), where, f"{name}.id")
+    if hit_id is None:
+        raise where.error("missing id", field=f"{name}.id")
+    score = item.get("score")
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+        raise where.error(f"score must be a finite number, got {score!r}", field=f"{name}.score")
+    text = item.get("text")
+    if text is not None and not isinstance(text, str):
+        raise where.error("text must be a string", field=f"{name}.text")
+    return Hit(hit_id, float(score), text, as_id(item.get("doc_id"), where, f"{name}.doc_id"))
+
+
+def _trec_run(text: str, path: Path) -> Run:
+    run: Run = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 6:
+            raise InputError(
+                f"expected 6 whitespace-separated fields 'qid Q0 docid rank score tag', got {len(parts)}",
+                path=path,
+                line=number,
+            )
+        qid, _, doc_id, rank, score_text, _ = parts
+        try:
+            int(rank)
+        except ValueError:
+            message = f"rank must be an integer, got '{rank}'"
+            raise InputError(message, path=path, line=number, field="rank") from None
+        try:
+            score = float(score_text)
+        except ValueError:
+            score = math.nan
+        if not math.isfinite(score):
+            message = f"score must be a finite number, got '{score_text}'"
+            raise InputError(message, path=path, line=number, field="score")
+        run.setdefault(qid, []).append(Hit(doc_id, score))
+    return run

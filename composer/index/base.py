@@ -1,0 +1,136 @@
+"""What every Qdrant backend offers: one collection per index key, dense + BM25 vectors, fusion inside Qdrant.
+
+A collection holds, per chunk, a named dense vector ``"dense"`` (cosine; absent for BM25-only indexes), a
+sparse vector ``"bm25"`` with Qdrant's IDF modifier (see ``composer.index.bm25``) and the payload
+``chunk_id, doc_id, text, start, end``. Building is ``create`` → ``upsert``… → ``finish``; only a finished
+collection ``exists``, so a build that crashed half-way is rebuilt rather than reused.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+from composer.data.types import Hit
+from composer.index.bm25 import SparseVector
+
+DENSE = "dense"
+SPARSE = "bm25"
+Fusion = Literal["rrf", "dbsf"]
+
+UPSERT_BATCH = 256
+QUERY_BATCH = 256
+_POINT_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "composer/index/point")
+
+
+class ChunkLike(Protocol):
+    """What an index stores of a chunk (``composer.chunking.Chunk`` fits)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def doc_id(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+
+
+@runtime_checkable
+class VectorIndex(Protocol):
+    """A place to keep and search collections; ``EdgeBackend`` and ``ClientBackend`` implement it."""
+
+    def exists(self, name: str) -> bool:
+        """True only for a collection whose build finished."""
+        ...
+
+    def create(self, name: str, dim: int | None, meta: dict[str, Any]) -> None:
+        """Start a (re)build: drops whatever ``name`` holds. ``dim=None`` makes a BM25-only collection."""
+        ...
+
+    def upsert(
+        self,
+        name: str,
+        chunks: Sequence[ChunkLike],
+        dense: np.ndarray | None,
+        sparse: Sequence[SparseVector] | None,
+    ) -> None:
+        """Add chunks with their vectors (row i belongs to chunk i), sent in batches."""
+        ...
+
+    def finish(self, name: str) -> None:
+        """Mark the build complete (and optimize where it pays): from now on ``exists(name)``."""
+        ...
+
+    def drop(self, name: str) -> None: ...
+
+    def count(self, name: str) -> int: ...
+
+    def meta(self, name: str) -> dict[str, Any]:
+        """The metadata given to ``create`` (BM25 stats, config, ...), as persisted."""
+        ...
+
+    def search_dense(self, name: str, queries: np.ndarray, k: int) -> list[list[Hit]]: ...
+
+    def search_bm25(self, name: str, queries: Sequence[SparseVector], k: int) -> list[list[Hit]]: ...
+
+    def search_hybrid(
+        self,
+        name: str,
+        dense: np.ndarray,
+        sparse: Sequence[SparseVector],
+        k: int,
+        *,
+        fusion: Fusion = "rrf",
+        prefetch: int = 50,
+        rrf_k: int = 60,
+    ) -> list[list[Hit]]:
+        """Top ``prefetch`` of each branch, fused by Qdrant (RRF or DBSF) into the top ``k``."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def point_id(chunk_id: str) -> str:
+    """uuid5 of the chunk id: re-upserting a chunk overwrites it, batches need no shared counter."""
+    return str(uuid.uuid5(_POINT_NAMESPACE, chunk_id))
+
+
+def payload(chunk: ChunkLike) -> dict[str, Any]:
+    return {
+        "chunk_id": chunk.id,
+        "doc_id": chunk.doc_id,
+        "text": chunk.text,
+        "start": chunk.start,
+        "end": chunk.end,
+    }
+
+
+def to_hit(payload: dict[str, Any] | None, score: float) -> Hit:
+    p = payload or {}
+    return Hit(id=str(p["chunk_id"]), score=float(score), text=p.get("text"), doc_id=p.get("doc_id"))
+
+
+def check_upsert(
+    chunks: Sequence[ChunkLike], dense: np.ndarray | None, sparse: Sequence[SparseVector] | None
+) -> None:
+    """Rows must line up with chunks: a silent misalignment would index vectors under the wrong text."""
+    if dense is None and sparse is None:
+        raise ValueError("upsert needs dense or sparse vectors")
+    if dense is not None and (dense.ndim != 2 or len(dense) != len(chunks)):
+        raise ValueError(f"dense has shape {dense.shape}, expected ({len(chunks)}, dim)")
+    if sparse is not None and len(sparse) != len(chunks):
+        raise ValueError(f"{len(sparse)} sparse vectors for {len(chunks)} chunks")
+
+
+def query_rows(queries: np.ndarray) -> list[list[float]]:
+    """Query matrix as float32 lists, the form both Qdrant bindings take."""
+    if queries.ndim != 2:
+        raise ValueError(f"query vectors must be a 2-d array, got shape {queries.shape}")
+    rows: list[list[float]] = queries.astype(np.float32).tolist()
+    return rows

@@ -1,0 +1,198 @@
+"""qdrant-client: a Qdrant server or cluster (``url``, ``api_key``), or the client's local ``:memory:`` mode.
+
+Collection metadata (Qdrant ≥ 1.16 and local mode) holds ``{"composer": {"dim", "complete", "meta"}}``:
+it travels with the collection, so every worker sharing a server reads the BM25 stats and the completion
+flag from the same place, and no reserved point pollutes counts or searches. ``:memory:`` is checked here
+to support sparse vectors with the IDF modifier, prefetch and RRF/DBSF fusion; it scans exhaustively in
+Python, so it suits tests and small corpora, not speed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from composer.data.types import Hit
+from composer.errors import ComposerError
+from composer.index.base import (
+    DENSE,
+    QUERY_BATCH,
+    SPARSE,
+    UPSERT_BATCH,
+    ChunkLike,
+    Fusion,
+    check_upsert,
+    payload,
+    point_id,
+    query_rows,
+    to_hit,
+)
+from composer.index.bm25 import SparseVector
+
+if TYPE_CHECKING:
+    from qdrant_client import QdrantClient
+
+_META_KEY = "composer"
+
+
+class ClientBackend:
+    """Collections on a Qdrant server (``location`` = ``http(s)://...``) or in this process (``:memory:``)."""
+
+    def __init__(self, location: str = ":memory:", api_key: str | None = None) -> None:
+        from qdrant_client import QdrantClient
+
+        self.location = location
+        if location == ":memory:":
+            self.client: QdrantClient = QdrantClient(location=":memory:")
+        else:
+            self.client = QdrantClient(url=location, api_key=api_key)
+
+    def exists(self, name: str) -> bool:
+        state = self._state(name)
+        return bool(state and state.get("complete"))
+
+    def create(self, name: str, dim: int | None, meta: dict[str, Any]) -> None:
+        from qdrant_client import models
+
+        self.drop(name)
+        vectors = {DENSE: models.VectorParams(size=dim, distance=models.Distance.COSINE)} if dim else {}
+        self.client.create_collection(
+            name,
+            vectors_config=vectors,
+            sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
+            metadata={_META_KEY: {"dim": dim, "complete": False, "meta": meta}},
+        )
+
+    def upsert(
+        self,
+        name: str,
+        chunks: Sequence[ChunkLike],
+        dense: np.ndarray | None,
+        sparse: Sequence[SparseVector] | None,
+    ) -> None:
+        from qdrant_client import models
+
+        check_upsert(chunks, dense, sparse)
+        for lo in range(0, len(chunks), UPSERT_BATCH):
+            hi = min(lo + UPSERT_BATCH, len(chunks))
+            rows = dense[lo:hi].astype(np.float32).tolist() if dense is not None else None
+            points = []
+            for i in range(lo, hi):
+                vector: dict[str, Any] = {}
+                if rows is not None:
+                    vector[DENSE] = rows[i - lo]
+                if sparse is not None:
+                    vector[SPARSE] = models.SparseVector(indices=sparse[i].indices, values=sparse[i].values)
+                points.append(
+                    models.PointStruct(id=point_id(chunks[i].id), vector=vector, payload=payload(chunks[i]))
+                )
+            self.client.upsert(name, points, wait=True)
+
+    def finish(self, name: str) -> None:
+        """Servers index in the background on their own; only the completion flag is ours to set."""
+        state = self._state(name)
+        if state is None:
+            raise ComposerError(f"index {name!r} vanished during its build")
+        self.client.update_collection(name, metadata={_META_KEY: {**state, "complete": True}})
+
+    def drop(self, name: str) -> None:
+        if self.client.collection_exists(name):
+            self.client.delete_collection(name)
+
+    def count(self, name: str) -> int:
+        return int(self.client.count(name, exact=True).count)
+
+    def meta(self, name: str) -> dict[str, Any]:
+        state = self._state(name)
+        if state is None:
+            raise ComposerError(f"no index {name!r} at {self.location}")
+        return dict(state["meta"])
+
+    def search_dense(self, name: str, queries: np.ndarray, k: int) -> list[list[Hit]]:
+        from qdrant_client import models
+
+        self._require_dense(name)
+        return self._run(
+            name,
+            [
+                models.QueryRequest(query=q, using=DENSE, limit=k, with_payload=True)
+                for q in query_rows(queries)
+            ],
+        )
+
+    def search_bm25(self, name: str, queries: Sequence[SparseVector], k: int) -> list[list[Hit]]:
+        from qdrant_client import models
+
+        return self._run(
+            name,
+            [
+                models.QueryRequest(query=_sparse(q), using=SPARSE, limit=k, with_payload=True)
+                for q in queries
+            ],
+        )
+
+    def search_hybrid(
+        self,
+        name: str,
+        dense: np.ndarray,
+        sparse: Sequence[SparseVector],
+        k: int,
+        *,
+        fusion: Fusion = "rrf",
+        prefetch: int = 50,
+        rrf_k: int = 60,
+    ) -> list[list[Hit]]:
+        from qdrant_client import models
+
+        self._require_dense(name)
+        if len(dense) != len(sparse):
+            raise ValueError(f"{len(dense)} dense and {len(sparse)} sparse queries")
+        fuse: models.RrfQuery | models.FusionQuery = (
+            models.RrfQuery(rrf=models.Rrf(k=rrf_k))
+            if fusion == "rrf"
+            else models.FusionQuery(fusion=models.Fusion.DBSF)
+        )
+        limit = max(prefetch, k)
+        requests = [
+            models.QueryRequest(
+                prefetch=[
+                    models.Prefetch(query=d, using=DENSE, limit=limit),
+                    models.Prefetch(query=_sparse(s), using=SPARSE, limit=limit),
+                ],
+                query=fuse,
+                limit=k,
+                with_payload=True,
+            )
+            for d, s in zip(query_rows(dense), sparse, strict=True)
+        ]
+        return self._run(name, requests)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _run(self, name: str, requests: list[Any]) -> list[list[Hit]]:
+        out: list[list[Hit]] = []
+        for lo in range(0, len(requests), QUERY_BATCH):
+            for response in self.client.query_batch_points(name, requests[lo : lo + QUERY_BATCH]):
+                out.append([to_hit(p.payload, p.score) for p in response.points])
+        return out
+
+    def _state(self, name: str) -> dict[str, Any] | None:
+        if not self.client.collection_exists(name):
+            return None
+        metadata = self.client.get_collection(name).config.metadata or {}
+        state = metadata.get(_META_KEY)
+        return dict(state) if isinstance(state, dict) else None
+
+    def _require_dense(self, name: str) -> None:
+        state = self._state(name)
+        if state is not None and not state["dim"]:
+            raise ValueError(f"index {name!r} is BM25-only: it has no dense vectors")
+
+
+def _sparse(vec: SparseVector) -> Any:
+    from qdrant_client import models
+
+    return models.SparseVector(indices=list(vec.indices), values=list(vec.values))

@@ -1,0 +1,248 @@
+"""Qdrant Edge (qdrant-edge-py): the embedded default, one shard directory per collection, no server.
+
+Layout under ``root``: ``<name>/shard/`` (the EdgeShard) and ``<name>/meta.json`` beside it, written
+atomically: ``{"dim", "complete", "meta"}``. ``complete`` turns true only in ``finish``, after every upsert,
+so a crash mid-build leaves an index that ``exists`` refuses and ``create`` rebuilds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from composer.data.types import Hit
+from composer.errors import ComposerError
+from composer.index.base import (
+    DENSE,
+    QUERY_BATCH,
+    SPARSE,
+    UPSERT_BATCH,
+    ChunkLike,
+    Fusion,
+    check_upsert,
+    payload,
+    point_id,
+    query_rows,
+    to_hit,
+)
+from composer.index.bm25 import SparseVector
+
+if TYPE_CHECKING:
+    import qdrant_edge
+
+# Exact search up to this size: a 20k x 384 scan answers 500 queries in ~0.3 s (numpy's pace, and numpy's
+# results), while building HNSW costs ~7 s here. Above it ``optimize`` builds HNSW: on clustered 20k x 384
+# vectors 3x faster than exact at recall@10 1.0 (on uniform random vectors HNSW recall drops to ~0.4).
+OPTIMIZE_MIN_POINTS = 20_000
+
+# A shard's WAL admits one opener per process: every EdgeBackend shares this registry.
+_OPEN: dict[Path, qdrant_edge.EdgeShard] = {}
+
+
+class EdgeBackend:
+    """Collections as Qdrant Edge shards under ``root`` (``<workdir>/qdrant``)."""
+
+    def __init__(self, root: str | Path, *, optimize_min_points: int = OPTIMIZE_MIN_POINTS) -> None:
+        self.root = Path(root).resolve()
+        self.optimize_min_points = optimize_min_points
+
+    def exists(self, name: str) -> bool:
+        state = self._state(name)
+        return bool(state and state["complete"] and self._shard_path(name).is_dir())
+
+    def create(self, name: str, dim: int | None, meta: dict[str, Any]) -> None:
+        import qdrant_edge as qe
+
+        self.drop(name)
+        self._dir(name).mkdir(parents=True)
+        self._write_state(name, {"dim": dim, "complete": False, "meta": meta})
+        vectors = {DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)} if dim else None
+        config = qe.EdgeConfig(
+            vectors=vectors, sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
+        )
+        path = self._shard_path(name)
+        _OPEN[path] = qe.EdgeShard.create(str(path), config)
+
+    def upsert(
+        self,
+        name: str,
+        chunks: Sequence[ChunkLike],
+        dense: np.ndarray | None,
+        sparse: Sequence[SparseVector] | None,
+    ) -> None:
+        import qdrant_edge as qe
+
+        check_upsert(chunks, dense, sparse)
+        shard = self._shard(name)
+        for lo in range(0, len(chunks), UPSERT_BATCH):
+            hi = min(lo + UPSERT_BATCH, len(chunks))
+            rows = dense[lo:hi].astype(np.float32).tolist() if dense is not None else None
+            points = []
+            for i in range(lo, hi):
+                vector: dict[str, Any] = {}
+                if rows is not None:
+                    vector[DENSE] = rows[i - lo]
+                if sparse is not None:
+                    vector[SPARSE] = qe.SparseVector(sparse[i].indices, sparse[i].values)
+                points.append(qe.Point(point_id(chunks[i].id), vector, payload(chunks[i])))
+            shard.update(qe.UpdateOperation.upsert_points(points))
+
+    def finish(self, name: str) -> None:
+        shard = self._shard(name)
+        if self.count(name) >= self.optimize_min_points:
+            shard.optimize()
+        shard.flush()
+        state = self._state(name)
+        if state is None:
+            raise ComposerError(f"index {name!r} vanished during its build")
+        self._write_state(name, {**state, "complete": True})
+
+    def drop(self, name: str) -> None:
+        shard = _OPEN.pop(self._shard_path(name), None)
+        if shard is not None:
+            shard.close()
+        shutil.rmtree(self._dir(name), ignore_errors=True)
+
+    def count(self, name: str) -> int:
+        import qdrant_edge as qe
+
+        return int(self._shard(name).count(qe.CountRequest(exact=True)))
+
+    def meta(self, name: str) -> dict[str, Any]:
+        state = self._state(name)
+        if state is None:
+            raise ComposerError(f"no index {name!r} under {self.root}")
+        return dict(state["meta"])
+
+    def search_dense(self, name: str, queries: np.ndarray, k: int) -> list[list[Hit]]:
+        import qdrant_edge as qe
+
+        self._require_dense(name)
+        return self._run(
+            name,
+            [
+                qe.QueryRequest(limit=k, query=qe.Query.Nearest(q, using=DENSE), with_payload=True)
+                for q in query_rows(queries)
+            ],
+        )
+
+    def search_bm25(self, name: str, queries: Sequence[SparseVector], k: int) -> list[list[Hit]]:
+        import qdrant_edge as qe
+
+        return self._run(
+            name,
+            [
+                qe.QueryRequest(limit=k, query=qe.Query.Nearest(_sparse(q), using=SPARSE), with_payload=True)
+                for q in queries
+            ],
+        )
+
+    def search_hybrid(
+        self,
+        name: str,
+        dense: np.ndarray,
+        sparse: Sequence[SparseVector],
+        k: int,
+        *,
+        fusion: Fusion = "rrf",
+        prefetch: int = 50,
+        rrf_k: int = 60,
+    ) -> list[list[Hit]]:
+        import qdrant_edge as qe
+
+        self._require_dense(name)
+        if len(dense) != len(sparse):
+            raise ValueError(f"{len(dense)} dense and {len(sparse)} sparse queries")
+        # The stub types Fusion.Rrf/Dbsf apart from Fusion, which the binding accepts as the query.
+        fuse: Any = qe.Fusion.Rrf(k=rrf_k) if fusion == "rrf" else qe.Fusion.Dbsf()
+        limit = max(prefetch, k)
+        requests = [
+            qe.QueryRequest(
+                limit=k,
+                prefetches=[
+                    qe.Prefetch(limit=limit, query=qe.Query.Nearest(d, using=DENSE)),
+                    qe.Prefetch(limit=limit, query=qe.Query.Nearest(_sparse(s), using=SPARSE)),
+                ],
+                query=fuse,
+                with_payload=True,
+            )
+            for d, s in zip(query_rows(dense), sparse, strict=True)
+        ]
+        return self._run(name, requests)
+
+    def close(self) -> None:
+        """Release every shard under ``root`` (other processes may open them afterwards)."""
+        for path in [p for p in _OPEN if p.parent.parent == self.root]:
+            _OPEN.pop(path).close()
+
+    # -- internals ------------------------------------------------------------------------------------
+
+    def _run(self, name: str, requests: list[Any]) -> list[list[Hit]]:
+        import qdrant_edge as qe
+
+        shard = self._shard(name)
+        out: list[list[Hit]] = []
+        for lo in range(0, len(requests), QUERY_BATCH):
+            batch = shard.query_batch(qe.QueryBatchRequest(requests[lo : lo + QUERY_BATCH]))
+            out.extend([to_hit(p.payload, p.score) for p in points] for points in batch)
+        return out
+
+    def _shard(self, name: str) -> qdrant_edge.EdgeShard:
+        import qdrant_edge as qe
+
+        path = self._shard_path(name)
+        shard = _OPEN.get(path)
+        if shard is None:
+            if not path.is_dir():
+                raise ComposerError(f"no index {name!r} under {self.root}")
+            try:
+                shard = qe.EdgeShard.load(str(path))
+            except Exception as exc:  # the binding raises a bare Exception (e.g. WAL locked by a process)
+                raise ComposerError(f"cannot open index {name!r} at {path}: {exc}") from exc
+            _OPEN[path] = shard
+        return shard
+
+    def _require_dense(self, name: str) -> None:
+        state = self._state(name)
+        if state is not None and not state["dim"]:
+            raise ValueError(f"index {name!r} is BM25-only: it has no dense vectors")
+
+    def _dir(self, name: str) -> Path:
+        if not name or name in (".", "..") or os.sep in name or "/" in name:
+            raise ValueError(f"invalid index name {name!r}")
+        return self.root / name
+
+    def _shard_path(self, name: str) -> Path:
+        return self._dir(name) / "shard"
+
+    def _state(self, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(json.loads((self._dir(name) / "meta.json").read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            return None
+
+    def _write_state(self, name: str, state: dict[str, Any]) -> None:
+        target = self._dir(name) / "meta.json"
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".meta-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(state, f, ensure_ascii=False, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def _sparse(vec: SparseVector) -> Any:
+    import qdrant_edge as qe
+
+    return qe.SparseVector(list(vec.indices), list(vec.values))

@@ -1,0 +1,113 @@
+"""LLM settings as they appear in experiment files: a model and how to reach it, never the key itself."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from composer.errors import ConfigError
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Parameters that would smuggle a secret or the endpoint past the fields that handle them.
+_RESERVED_PARAMS = frozenset(
+    {"api_key", "api_base", "base_url", "model", "messages", "timeout", "num_retries"}
+)
+
+
+class TokenPrice(BaseModel):
+    """USD per one million tokens, for self-hosted or unlisted models litellm cannot price."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.input + completion_tokens * self.output) / 1_000_000
+
+
+class LLMConfig(BaseModel):
+    """One chat model reached through litellm ("openai/gpt-4o-mini", "ollama/qwen2.5", "openai/x" + api_base).
+
+    ``api_key_env`` names the environment variable holding the key, so configs, MLflow params and logs
+    never contain it; without it litellm reads the provider's usual variable (OPENAI_API_KEY, ...).
+    """
+
+    # A key pasted into the wrong field must not be echoed back in the validation error.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
+    model: str = Field(min_length=1)
+    api_base: str | None = None
+    api_key_env: str | None = None
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_tokens: int | None = Field(default=1024, gt=0)
+    timeout: float = Field(
+        default=60.0, gt=0, description="seconds per request; raise it for slow local models"
+    )
+    max_concurrency: int = Field(default=8, ge=1)
+    max_retries: int = Field(default=5, ge=0)
+    backoff_base: float = Field(default=0.5, ge=0)
+    backoff_max: float = Field(default=30.0, ge=0)
+    cache: bool = True
+    price: TokenPrice | None = None
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="extra litellm parameters (top_p, seed, ...)"
+    )
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        if value is not None and not _ENV_NAME.match(value):
+            # Do not echo the value: it may well be the key pasted into the wrong field.
+            raise ValueError("must name an environment variable (e.g. OPENAI_API_KEY), not hold the key")
+        return value
+
+    @field_validator("params")
+    @classmethod
+    def _no_reserved(cls, value: dict[str, Any]) -> dict[str, Any]:
+        clash = sorted(_RESERVED_PARAMS.intersection(value))
+        if clash:
+            raise ValueError(f"set {', '.join(clash)} through its own field (api_key through api_key_env)")
+        return value
+
+    def api_key(self) -> str | None:
+        """The key from the named environment variable; a clear error when the variable is unset."""
+        if self.api_key_env is None:
+            return None
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise ConfigError(f"environment variable {self.api_key_env} is not set", field="api_key_env")
+        return key
+
+    def call_params(self) -> dict[str, Any]:
+        """The sampling parameters that shape a reply, and so belong in its cache key."""
+        params: dict[str, Any] = {"temperature": self.temperature}
+        if self.max_tokens is not None:
+            params["max_tokens"] = self.max_tokens
+        params.update(self.params)
+        return params
+
+
+def judge_config(llm: LLMConfig | None, judge: LLMConfig | str | None = None) -> LLMConfig | None:
+    """The judge's settings, always at temperature 0; None when neither a judge nor a generator is set.
+
+    A bare judge model name keeps the generator's operational settings (timeout, concurrency, retries,
+    cache) and, when both use the same litellm provider prefix, its endpoint and key variable too.
+    """
+    if isinstance(judge, LLMConfig):
+        return judge.model_copy(update={"temperature": 0.0})
+    if llm is None:
+        return LLMConfig(model=judge, temperature=0.0) if judge else None
+    update: dict[str, Any] = {"temperature": 0.0}
+    if judge and judge != llm.model:
+        update["model"] = judge
+        if _provider(judge) != _provider(llm.model):
+            update.update(api_base=None, api_key_env=None, price=None, params={})
+    return llm.model_copy(update=update)
+
+
+def _provider(model: str) -> str:
+    return model.split("/", 1)[0] if "/" in model else ""

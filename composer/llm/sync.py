@@ -1,0 +1,66 @@
+"""Running async LLM code from synchronous callers, on one long-lived event loop.
+
+One loop for the whole process, in a daemon thread: litellm's HTTP sessions stay bound to a live loop
+(a fresh ``asyncio.run`` per batch orphans them), and the facade also works where a loop is already running
+(Jupyter, an async caller). The caller's context variables (usage trackers) travel with the coroutine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_loop: asyncio.AbstractEventLoop | None = None
+_lock = threading.Lock()
+
+
+def _background_loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    with _lock:
+        if _loop is None or _loop.is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="composer-llm-loop", daemon=True).start()
+            _loop = loop
+        return _loop
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion on the background loop and return its result (or raise its error)."""
+    loop = _background_loop()
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        coro.close()
+        raise RuntimeError("run_sync called from the LLM loop itself; await the coroutine instead")
+    result: concurrent.futures.Future[T] = concurrent.futures.Future()
+    tasks: list[asyncio.Task[T]] = []
+
+    def start() -> None:
+        task = loop.create_task(coro)  # copies the current context: the caller's, see call_soon_threadsafe
+        tasks.append(task)
+        task.add_done_callback(lambda t: _settle(t, result))
+
+    loop.call_soon_threadsafe(start, context=contextvars.copy_context())
+    try:
+        return result.result()
+    except BaseException:
+        if tasks and not tasks[0].done():
+            loop.call_soon_threadsafe(tasks[0].cancel)  # Ctrl-C: stop the calls we no longer wait for
+        raise
+
+
+def _settle(task: asyncio.Task[T], result: concurrent.futures.Future[T]) -> None:
+    if task.cancelled():
+        result.cancel()
+    elif (exc := task.exception()) is not None:
+        result.set_exception(exc)
+    else:
+        result.set_result(task.result())

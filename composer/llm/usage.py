@@ -1,0 +1,139 @@
+"""Tokens, cost and failures of LLM calls, counted per client and per tracked scope (a trial, a batch)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+FailureKind = Literal["rate_limit", "server_error", "timeout", "connection", "bad_response", "other"]
+FAILURE_KINDS: tuple[FailureKind, ...] = (
+    "rate_limit",
+    "server_error",
+    "timeout",
+    "connection",
+    "bad_response",
+    "other",
+)
+
+
+@dataclass
+class Usage:
+    """Counters for a set of calls. ``calls`` are logical calls; ``requests`` what reached the provider.
+
+    Tokens and cost count paid requests only: a cached reply costs nothing, which is the point of the cache.
+    ``failed_attempts`` counts every failed request (retried or not), ``failed_calls`` the calls that gave up.
+    """
+
+    calls: int = 0
+    cached: int = 0
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    unpriced: int = 0
+    failed_attempts: Counter[str] = field(default_factory=Counter)
+    failed_calls: Counter[str] = field(default_factory=Counter)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def record_request(self, prompt_tokens: int, completion_tokens: int, cost: float | None) -> None:
+        with self._lock:
+            self.requests += 1
+            self.prompt_tokens += prompt_tokens
+            self.completion_tokens += completion_tokens
+            if cost is None:
+                self.unpriced += 1
+            else:
+                self.cost += cost
+
+    def record_failed_attempt(self, kind: FailureKind) -> None:
+        with self._lock:
+            self.requests += 1
+            self.failed_attempts[kind] += 1
+
+    def record_call(self, *, cached: bool, failed: FailureKind | None) -> None:
+        with self._lock:
+            self.calls += 1
+            self.cached += int(cached)
+            if failed is not None:
+                self.failed_calls[failed] += 1
+
+    def merge(self, other: Usage) -> None:
+        with self._lock:
+            self.calls += other.calls
+            self.cached += other.cached
+            self.requests += other.requests
+            self.prompt_tokens += other.prompt_tokens
+            self.completion_tokens += other.completion_tokens
+            self.cost += other.cost
+            self.unpriced += other.unpriced
+            self.failed_attempts.update(other.failed_attempts)
+            self.failed_calls.update(other.failed_calls)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat numbers for MLflow metrics and summary.json."""
+        return {
+            "llm_calls": self.calls,
+            "llm_cached_calls": self.cached,
+            "llm_requests": self.requests,
+            "llm_prompt_tokens": self.prompt_tokens,
+            "llm_completion_tokens": self.completion_tokens,
+            "llm_total_tokens": self.total_tokens,
+            "llm_cost_usd": round(self.cost, 8),
+            "llm_unpriced_requests": self.unpriced,
+            "llm_failed_calls": sum(self.failed_calls.values()),
+        }
+
+    def error_rates(self) -> dict[str, Any]:
+        """The content of error_rates.json: every failure kind, per request and per call."""
+        kinds = {
+            kind: {
+                "failed_requests": self.failed_attempts[kind],
+                "request_rate": _rate(self.failed_attempts[kind], self.requests),
+                "failed_calls": self.failed_calls[kind],
+                "call_rate": _rate(self.failed_calls[kind], self.calls),
+            }
+            for kind in FAILURE_KINDS
+        }
+        failed = sum(self.failed_calls.values())
+        return {
+            "calls": self.calls,
+            "requests": self.requests,
+            "failed_calls": failed,
+            "call_failure_rate": _rate(failed, self.calls),
+            "failed_requests": sum(self.failed_attempts.values()),
+            "kinds": kinds,
+        }
+
+
+def _rate(part: int, whole: int) -> float:
+    return part / whole if whole else 0.0
+
+
+_TRACKERS: ContextVar[tuple[Usage, ...]] = ContextVar("composer_llm_usage", default=())
+
+
+@contextmanager
+def track_usage() -> Iterator[Usage]:
+    """Count every LLM call made in this context (and the tasks it starts) into a fresh Usage.
+
+    Scopes nest, so a study can track a trial while the trial tracks its judge calls.
+    """
+    usage = Usage()
+    token = _TRACKERS.set((*_TRACKERS.get(), usage))
+    try:
+        yield usage
+    finally:
+        _TRACKERS.reset(token)
+
+
+def active_trackers() -> tuple[Usage, ...]:
+    return _TRACKERS.get()

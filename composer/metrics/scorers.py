@@ -1,0 +1,116 @@
+"""The answer-scorer interface: the deterministic scorers here and the LLM judges that plug in later."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from composer.data.types import Question
+from composer.metrics.answer import exact_match, is_refusal, shared_language, token_f1, unsupported
+
+Reference = str | Sequence[str] | None
+
+
+@dataclass(frozen=True)
+class Score:
+    """A score in [0, 1], or None when the answer was not scored; ``reason`` says why either way."""
+
+    score: float | None
+    reason: str
+
+
+class AnswerScorer(Protocol):
+    name: str
+
+    def score(
+        self, question: Question, answer: str | None, contexts: Sequence[str], reference: Reference
+    ) -> Score:
+        """Grade ``answer`` given the retrieved ``contexts`` and the gold ``reference`` answer(s)."""
+        ...
+
+
+def _gradable(answer: str | None) -> str | Score:
+    """The answer, or the unscored Score of an empty answer or a refusal.
+
+    The report counts those instead of grading them 0: a refusal is no hallucination.
+    """
+    if answer is None or not answer.strip():
+        return Score(None, "empty answer")
+    if is_refusal(answer):
+        return Score(None, "refusal")
+    return answer
+
+
+def _references(question: Question, reference: Reference) -> list[str]:
+    """The given reference answers, else the question's gold answers."""
+    if reference is None:
+        return list(question.gold_answers)
+    refs = [reference] if isinstance(reference, str) else list(reference)
+    return [r for r in refs if r.strip()]
+
+
+class TokenF1Scorer:
+    """SQuAD-style token F1 against the best-matching gold answer."""
+
+    name = "token_f1"
+
+    def score(
+        self, question: Question, answer: str | None, contexts: Sequence[str], reference: Reference
+    ) -> Score:
+        text = _gradable(answer)
+        if isinstance(text, Score):
+            return text
+        golds = _references(question, reference)
+        if not golds:
+            return Score(None, "no reference answer")
+        lang = shared_language(text, *golds)
+        value, gold = max(((token_f1(text, g, lang), g) for g in golds), key=lambda pair: pair[0])
+        return Score(value, f"token F1 {value:.2f} against gold answer {gold!r}")
+
+
+class ExactMatchScorer:
+    """1 when the normalized answer equals a gold answer."""
+
+    name = "exact_match"
+
+    def score(
+        self, question: Question, answer: str | None, contexts: Sequence[str], reference: Reference
+    ) -> Score:
+        text = _gradable(answer)
+        if isinstance(text, Score):
+            return text
+        golds = _references(question, reference)
+        if not golds:
+            return Score(None, "no reference answer")
+        lang = shared_language(text, *golds)
+        matched = next((g for g in golds if exact_match(text, g, lang)), None)
+        if matched is None:
+            return Score(0.0, f"matches none of {len(golds)} gold answer(s)")
+        return Score(1.0, f"matches gold answer {matched!r}")
+
+
+class OverlapFaithfulnessScorer:
+    """Share of the answer's content words found in the retrieved contexts: a cheap hallucination signal."""
+
+    name = "faithfulness_overlap"
+
+    def score(
+        self, question: Question, answer: str | None, contexts: Sequence[str], reference: Reference
+    ) -> Score:
+        text = _gradable(answer)
+        if isinstance(text, Score):
+            return text
+        claimed, missing = unsupported(text, contexts)
+        if not claimed:
+            return Score(None, "answer has no content words")
+        found = len(claimed) - len(missing)
+        reason = f"{found}/{len(claimed)} answer content words found in the contexts"
+        if missing:
+            reason += "; missing (stemmed): " + ", ".join(missing[:10])
+        return Score(found / len(claimed), reason)
+
+
+def default_scorers() -> list[AnswerScorer]:
+    """The deterministic scorers, which need no model and cost nothing."""
+    return [TokenF1Scorer(), ExactMatchScorer(), OverlapFaithfulnessScorer()]

@@ -1,0 +1,221 @@
+"""A configured retrieval pipeline: corpus -> chunks -> cached embeddings -> Qdrant index -> ranked chunks."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from composer.chunking import Chunk, chunk_corpus
+from composer.data.types import Corpus, Hit, Question, Run
+from composer.embedding import CachedEmbedder, EmbeddingCache, make_embedder
+from composer.errors import ComposerError
+from composer.index import Bm25Encoder, VectorIndex, open_index
+from composer.pipeline.config import PipelineConfig, load_pipeline_config
+from composer.retrieval import Reranker, make_reranker
+
+DEFAULT_WORKDIR = Path(".composer")
+QUERY_BLOCK = 256
+"""Questions searched per Qdrant batch; also the granularity of the query progress bar."""
+INDEX_BLOCK = 1024
+"""Chunks upserted per step of the index progress bar (the backend batches further)."""
+
+ProgressHook = Callable[[str, int, int], None]
+"""``hook(stage, done, total)`` for stage in "encode", "index", "query"; the CLI draws Rich bars from it."""
+
+# One backend per (location, root): a ":memory:" collection lives only as long as its client, so every
+# pipeline of a process (every trial of a study) must share it to reuse what an earlier one built.
+_BACKENDS: dict[tuple[str | None, str], VectorIndex] = {}
+
+
+@dataclass(frozen=True)
+class IndexInfo:
+    key: str
+    n_documents: int
+    n_chunks: int
+    reused: bool
+    embeddings_computed: int
+    embeddings_reused: int
+    seconds: float
+
+
+class Pipeline:
+    """Index a corpus once per index key, then retrieve (and rerank) for any number of questions."""
+
+    def __init__(
+        self,
+        config: PipelineConfig,
+        *,
+        workdir: Path = DEFAULT_WORKDIR,
+        backend: VectorIndex,
+        progress: ProgressHook | None = None,
+    ) -> None:
+        self.config = config
+        self.workdir = Path(workdir)
+        self.backend = backend
+        self.progress = progress
+        self._cache = EmbeddingCache(self.workdir / "cache" / "embeddings")
+        self._embedder: CachedEmbedder | None = None
+        self._reranker: Reranker | None = None
+        self._key: str | None = None
+        self._bm25: Bm25Encoder | None = None
+        self._chunks: list[Chunk] = []
+
+    @classmethod
+    def from_config(
+        cls,
+        config: PipelineConfig | Mapping[str, Any] | str | Path,
+        *,
+        workdir: str | Path = DEFAULT_WORKDIR,
+        qdrant: str | None = None,
+        api_key: str | None = None,
+        progress: ProgressHook | None = None,
+    ) -> Pipeline:
+        """``config`` is a PipelineConfig, a dict of it, or a YAML path; ``qdrant`` None means Qdrant Edge."""
+        if isinstance(config, (str, Path)):
+            config = load_pipeline_config(config)
+        elif not isinstance(config, PipelineConfig):
+            config = PipelineConfig.from_dict(dict(config))
+        workdir = Path(workdir)
+        slot = (qdrant, str(workdir.resolve()))
+        if slot not in _BACKENDS:
+            _BACKENDS[slot] = open_index(qdrant, workdir, api_key=api_key)
+        return cls(config, workdir=workdir, backend=_BACKENDS[slot], progress=progress)
+
+    @property
+    def embedder(self) -> CachedEmbedder:
+        if self._embedder is None:
+            on_progress = None
+            if self.progress is not None:
+                hook = self.progress
+                on_progress = lambda done, total: hook("encode", done, total)  # noqa: E731
+            self._embedder = CachedEmbedder(
+                make_embedder(self.config.embedding), self._cache, on_progress=on_progress
+            )
+        return self._embedder
+
+    @property
+    def cache_stats(self) -> dict[str, int]:
+        emb = self._embedder
+        stats = {
+            "embeddings_computed": emb.computed if emb else 0,
+            "embeddings_reused": emb.reused if emb else 0,
+        }
+        for name in ("computed", "reused"):
+            if hasattr(self._reranker, name):
+                stats[f"rerank_scores_{name}"] = int(getattr(self._reranker, name))
+        return stats
+
+    @property
+    def key(self) -> str:
+        if self._key is None:
+            raise ComposerError("index a corpus first: pipeline.index(corpus)")
+        return self._key
+
+    def index(self, corpus: Corpus) -> IndexInfo:
+        """Build the collection for this corpus and these index settings, or reuse the one already built."""
+        started = time.perf_counter()
+        before = self.cache_stats
+        identity = self.embedder.identity if self.config.needs_dense_index else None
+        key = self.config.index_key(corpus.fingerprint(), identity)
+        self._chunks = chunk_corpus(corpus, self.config.chunking)
+        reused = self.backend.exists(key)
+        if reused:
+            self._bm25 = Bm25Encoder.from_dict(self.backend.meta(key)["bm25"])
+        else:
+            self._build(key, self._chunks)
+        self._key = key
+        after = self.cache_stats
+        return IndexInfo(
+            key=key,
+            n_documents=len(corpus),
+            n_chunks=len(self._chunks),
+            reused=reused,
+            embeddings_computed=after["embeddings_computed"] - before["embeddings_computed"],
+            embeddings_reused=after["embeddings_reused"] - before["embeddings_reused"],
+            seconds=time.perf_counter() - started,
+        )
+
+    def _build(self, key: str, chunks: list[Chunk]) -> None:
+        texts = [c.text for c in chunks]
+        bm25, sparse = Bm25Encoder.fit(texts, stem=self.config.retrieval.stem)
+        dense = self.embedder.encode_passages(texts) if self.config.needs_dense_index else None
+        meta = {"bm25": bm25.to_dict(), "n_chunks": len(chunks), "settings": self.config.index_settings()}
+        self.backend.create(key, None if dense is None else int(dense.shape[1]), meta)
+        total = len(chunks)
+        self._report("index", 0, total)
+        for lo in range(0, total, INDEX_BLOCK):
+            hi = min(lo + INDEX_BLOCK, total)
+            self.backend.upsert(key, chunks[lo:hi], None if dense is None else dense[lo:hi], sparse[lo:hi])
+            self._report("index", hi, total)
+        self.backend.finish(key)
+        self._bm25 = bm25
+
+    def _report(self, stage: str, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress(stage, done, total)
+
+    def universe(self) -> dict[str, tuple[str, str]]:
+        """Every indexed chunk as chunk_id -> (doc_id, text): the pool that answer matching judges."""
+        self.key  # noqa: B018 - raises when nothing is indexed
+        return {c.id: (c.doc_id, c.text) for c in self._chunks}
+
+    def retrieve(self, questions: Iterable[Question]) -> Run:
+        """Top ``retrieval.k`` hits per question, after reranking."""
+        return self.retrieve_timed(questions)[0]
+
+    def retrieve_timed(self, questions: Iterable[Question]) -> tuple[Run, dict[str, dict[str, float]]]:
+        """The run and, per question, seconds per stage ("retrieve", "rerank"), amortized over each batch.
+
+        ``questions`` may be a QuestionSet, a list or any iterable of questions.
+        """
+        run: Run = {}
+        latency: dict[str, dict[str, float]] = {}
+        items = list(questions)
+        total = len(items)
+        for lo in range(0, total, QUERY_BLOCK):
+            block = items[lo : lo + QUERY_BLOCK]
+            texts = [q.question for q in block]
+            t0 = time.perf_counter()
+            candidates = self._first_stage(texts)
+            t1 = time.perf_counter()
+            hits = self.reranker.rerank(texts, candidates, self.config.retrieval.k)
+            t2 = time.perf_counter()
+            n = max(len(block), 1)
+            for q, ranked in zip(block, hits, strict=True):
+                run[q.id] = ranked
+                latency[q.id] = {"retrieve": (t1 - t0) / n, "rerank": (t2 - t1) / n}
+            self._report("query", min(lo + QUERY_BLOCK, total), total)
+        return run, latency
+
+    def search(self, query: str) -> list[Hit]:
+        """Ranked chunks for one query string."""
+        return self.retrieve([Question(id="query", question=query)])["query"]
+
+    @property
+    def reranker(self) -> Reranker:
+        if self._reranker is None:
+            cfg = self.config.rerank
+            embedder = self.embedder if cfg.method == "mmr" else None
+            self._reranker = make_reranker(
+                cfg, cache=EmbeddingCache(self.workdir / "cache" / "rerank"), embedder=embedder
+            )
+        return self._reranker
+
+    def _first_stage(self, texts: list[str]) -> list[list[Hit]]:
+        r = self.config.retrieval
+        depth = r.k if self.config.rerank.method == "none" else max(r.k, r.prefetch)
+        key = self.key
+        if self._bm25 is None:
+            raise ComposerError("index a corpus first: pipeline.index(corpus)")
+        if r.mode == "bm25":
+            return self.backend.search_bm25(key, self._bm25.encode_queries(texts), depth)
+        dense = self.embedder.encode_queries(texts)
+        if r.mode == "dense":
+            return self.backend.search_dense(key, dense, depth)
+        sparse = self._bm25.encode_queries(texts)
+        return self.backend.search_hybrid(
+            key, dense, sparse, depth, fusion=r.fusion, prefetch=max(r.prefetch, depth), rrf_k=r.rrf_k
+        )

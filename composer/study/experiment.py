@@ -1,0 +1,183 @@
+"""Experiment files (``experiments/*.yaml``): what to optimize, on which data, and where results live.
+
+Paths inside the file (corpus, questions, search space, workdir) are relative to the file, so an
+experiment runs the same from any directory. The default workdir is ``./.composer``, the one every other
+``composer`` command uses, so a study shares their embedding cache and indexes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from composer.errors import ConfigError
+
+DEFAULT_WORKDIR = Path(".composer")
+
+SECONDARY_DIRECTIONS: dict[str, Literal["minimize", "maximize"]] = {
+    "latency_ms": "minimize",
+    "context_tokens": "minimize",
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ObjectiveConfig(_Strict):
+    """A weighted mean of quality metrics at one fixed cutoff, plus optional cost objectives."""
+
+    metrics: dict[str, float] = Field(
+        default_factory=lambda: {"recall": 1.0, "ndcg": 1.0, "answer_correctness": 1.0, "faithfulness": 1.0},
+        description="Metric -> weight. Retrieval metrics are read at the fixed cutoff `k`.",
+    )
+    k: int = Field(default=10, ge=1, description="Fixed cutoff for retrieval metrics (never the trial's k).")
+    secondary: list[Literal["latency_ms", "context_tokens"]] = Field(
+        default_factory=list, description="Extra objectives to minimize; more than one objective -> NSGA-II."
+    )
+
+    @model_validator(mode="after")
+    def _positive_weights(self) -> ObjectiveConfig:
+        if not self.metrics:
+            raise ValueError("name at least one metric")
+        bad = [m for m, w in self.metrics.items() if w < 0]
+        if bad or sum(self.metrics.values()) <= 0:
+            raise ValueError(f"weights must be >= 0 with a positive sum (check {bad or list(self.metrics)})")
+        return self
+
+
+class _Named(_Strict):
+    """``name`` plus keyword options for the Optuna class; a bare string is the name alone."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, data: Any) -> Any:
+        return {"name": data} if isinstance(data, str) else data
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class SamplerConfig(_Named):
+    name: Literal["auto", "tpe", "random", "grid", "nsga2"] = "auto"
+    seed: int | None = 0
+
+
+class PrunerConfig(_Named):
+    name: Literal["median", "percentile", "hyperband", "successive_halving", "none"] = "median"
+
+
+class SplitConfig(_Strict):
+    """Hold questions out of the search to re-score the winner on data it was not chosen on."""
+
+    held_out: float = Field(gt=0.0, lt=1.0, description="Fraction of the questions held out.")
+    seed: int = 0
+
+
+class MlflowConfig(_Strict):
+    tracking_uri: str | None = Field(default=None, description="Default: sqlite:///<workdir>/mlflow.db")
+    experiment: str | None = Field(default=None, description="MLflow experiment; default the study name.")
+    traces: int | None = Field(
+        default=None, ge=0, description="Per-question MLflow traces per trial (default all, 0 = none)."
+    )
+
+
+class ExperimentConfig(_Strict):
+    name: str = Field(min_length=1, pattern=r"^[\w.\-]+$")
+    corpus: Path
+    questions: Path
+    search_space: Path
+    objective: ObjectiveConfig = ObjectiveConfig()
+    sampler: SamplerConfig = SamplerConfig()
+    pruner: PrunerConfig = PrunerConfig()
+    n_trials: int | None = Field(default=20, ge=1)
+    timeout: float | None = Field(default=None, gt=0, description="Seconds for the whole study.")
+    batch_size: int = Field(default=50, ge=1, description="Questions per pruning step.")
+    split: SplitConfig | None = None
+    storage: str | None = Field(default=None, description="Optuna RDB URL; default sqlite:///<workdir>/optuna.db")
+    heartbeat_interval: int = Field(default=60, ge=1, description="Seconds; a trial silent for 2x is failed.")
+    mlflow: MlflowConfig = MlflowConfig()
+    qdrant: str | None = Field(default=None, description="Qdrant url or ':memory:'; default Qdrant Edge.")
+    workdir: Path | None = None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> ExperimentConfig:
+        if self.n_trials is None and self.timeout is None:
+            raise ValueError("give n_trials, timeout or both: a study needs an end")
+        return self
+
+    # Resolved locations --------------------------------------------------------------------------
+    @property
+    def work_dir(self) -> Path:
+        return (self.workdir if self.workdir is not None else DEFAULT_WORKDIR).resolve()
+
+    @property
+    def storage_url(self) -> str:
+        return self.storage or default_storage(self.work_dir)
+
+    @property
+    def tracking_uri(self) -> str:
+        return self.mlflow.tracking_uri or f"sqlite:///{self.work_dir / 'mlflow.db'}"
+
+    @property
+    def mlflow_experiment(self) -> str:
+        return self.mlflow.experiment or self.name
+
+    def secondary_directions(self) -> list[Literal["minimize", "maximize"]]:
+        return [SECONDARY_DIRECTIONS[m] for m in self.objective.secondary]
+
+    @property
+    def multi_objective(self) -> bool:
+        return bool(self.objective.secondary)
+
+
+def default_storage(workdir: Path) -> str:
+    """The Optuna storage `composer optimize` uses when the experiment names none."""
+    return f"sqlite:///{workdir.resolve() / 'optuna.db'}"
+
+
+def load_experiment(path: str | Path) -> ExperimentConfig:
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("experiment file not found", path=p) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ConfigError(f"invalid YAML: {getattr(exc, 'problem', exc)}", path=p,
+                          line=None if mark is None else mark.line + 1) from None
+    if not isinstance(data, dict):
+        raise ConfigError("expected a mapping (name, corpus, questions, search_space...)", path=p)
+    base = p.resolve().parent
+    for key in ("corpus", "questions", "search_space", "workdir"):
+        if isinstance(data.get(key), str):
+            data[key] = (base / data[key]).resolve()
+    try:
+        return ExperimentConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        raise ConfigError(msg, path=p, field=where or None) from None
+
+
+def locate_study(
+    study: str | None, experiment: Path | None, storage: str | None
+) -> tuple[str, str, ExperimentConfig | None]:
+    """(study name, Optuna storage URL, experiment) for commands that read a finished or running study.
+
+    The storage is ``--storage`` if given, else the experiment file's, else the default workdir's
+    (``sqlite:///./.composer/optuna.db``); the study name defaults to the experiment's name.
+    """
+    exp = load_experiment(experiment) if experiment is not None else None
+    name = study or (exp.name if exp is not None else None)
+    if name is None:
+        raise ConfigError("name the study, or give --experiment EXPERIMENT.yaml", field="study")
+    url = storage or (exp.storage_url if exp is not None else default_storage(DEFAULT_WORKDIR))
+    return name, url, exp

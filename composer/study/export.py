@@ -1,0 +1,141 @@
+"""Export a study's winner: a self-contained pipeline YAML with its scores and provenance, or a script.
+
+The YAML's ``pipeline:`` section is a complete PipelineConfig, so ``composer eval --config best.yaml`` (or
+``Pipeline.from_config("best.yaml")``) rebuilds exactly the trial's pipeline on any machine.
+"""
+
+from __future__ import annotations
+
+import pprint
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import yaml
+
+from composer.errors import InputError
+from composer.evaluation.report import write_atomic
+from composer.study.leaderboard import STUDY_ATTR, ranked_trials
+from composer.study.tracking import scrub
+
+if TYPE_CHECKING:
+    import optuna
+
+ExportFormat = Literal["yaml", "python"]
+
+
+def best_trial(study: optuna.Study, number: int | None = None) -> optuna.trial.FrozenTrial:
+    """The trial with the best composite (or trial ``number``), which must have completed."""
+    from optuna.trial import TrialState
+
+    if number is None:
+        ranked = ranked_trials(study)
+        if not ranked:
+            raise InputError(f"study '{study.study_name}' has no completed trial yet")
+        return ranked[0]
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    if number not in trials:
+        raise InputError(f"study '{study.study_name}' has no trial #{number}", field="trial")
+    trial = trials[number]
+    if trial.state != TrialState.COMPLETE or "config" not in trial.user_attrs:
+        raise InputError(f"trial #{number} did not complete ({trial.state.name})", field="trial")
+    return trial
+
+
+def export_document(study: optuna.Study, trial: optuna.trial.FrozenTrial, storage: str) -> dict[str, Any]:
+    """The exported record: ``pipeline`` (the config), ``scores``, ``objective`` and ``provenance``."""
+    from composer.study.study import composer_version
+
+    info = study.user_attrs.get(STUDY_ATTR, {})
+    provenance = {
+        "study": study.study_name,
+        "trial": trial.number,
+        "storage": scrub({"url": storage})["url"],
+        "corpus": info.get("corpus"),
+        "corpus_fingerprint": info.get("corpus_fingerprint"),
+        "questions": info.get("questions"),
+        "questions_fingerprint": info.get("questions_fingerprint"),
+        "selection_fingerprint": info.get("selection_fingerprint"),
+        "split": info.get("split"),
+        "index_key": trial.user_attrs.get("index_key"),
+        "composer_version": composer_version(),
+        "exported_at": datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
+    }
+    doc: dict[str, Any] = {
+        "pipeline": trial.user_attrs["config"],
+        "scores": {k: _plain(v) for k, v in trial.user_attrs.get("metrics", {}).items()},
+        "objective": {"k_eval": info.get("k_eval"), "weights": study.user_attrs.get("objective_weights")},
+        "provenance": provenance,
+    }
+    held_out = study.user_attrs.get("held_out")
+    if held_out:
+        doc["held_out"] = held_out
+    return scrub(doc)
+
+
+def write_export(doc: dict[str, Any], out: Path, fmt: ExportFormat = "yaml") -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(out, render_yaml(doc) if fmt == "yaml" else render_python(doc))
+    return out
+
+
+def render_yaml(doc: dict[str, Any]) -> str:
+    prov = doc["provenance"]
+    header = (f"# Best pipeline of Composer study '{prov['study']}' (trial #{prov['trial']}).\n"
+              "# Reproduce its scores: composer eval QUESTIONS --corpus CORPUS --config <this file>\n")
+    return header + yaml.safe_dump(doc, allow_unicode=True, sort_keys=False)
+
+
+def render_python(doc: dict[str, Any]) -> str:
+    """A runnable script: index a corpus with the winning pipeline, answer questions given as arguments."""
+    prov = doc["provenance"]
+    composite = doc["scores"].get("composite")
+    score = f", composite {composite:.4f}" if isinstance(composite, float) else ""
+    config = pprint.pformat(doc["pipeline"], sort_dicts=False, width=100)
+    return f'''"""Best RAG pipeline of Composer study {prov["study"]!r} (trial #{prov["trial"]}{score}).
+
+Exported by Composer {prov["composer_version"]} on {prov["exported_at"]}. Usage:
+
+    python {{script}} CORPUS "question" ["another question" ...]
+
+CORPUS is a JSONL/JSON/CSV/Parquet file or a folder of .txt/.md files; indexes and embeddings are cached
+under ./.composer, so the second run starts at once.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from composer.data import Question, load_corpus
+from composer.generation import ExtractiveAnswerer
+from composer.pipeline.config import PipelineConfig
+from composer.pipeline.pipeline import Pipeline
+
+CONFIG = {config}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        print(__doc__.replace("{{script}}", sys.argv[0]), file=sys.stderr)
+        return 2
+    pipeline = Pipeline.from_config(PipelineConfig.from_dict(CONFIG))
+    pipeline.index(load_corpus(argv[0]))
+    answerer = ExtractiveAnswerer()
+    for text in argv[1:]:
+        hits = pipeline.search(text)
+        print(f"? {{text}}")
+        print(f"  answer: {{answerer.answer(Question(id='q', question=text), hits)}}")
+        for rank, hit in enumerate(hits, start=1):
+            snippet = " ".join((hit.text or "").split())[:160]
+            print(f"  {{rank:>2}}. {{hit.score:8.4f}}  {{hit.doc_id}}  {{snippet}}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+'''
+
+
+def _plain(value: Any) -> Any:
+    """Plain floats for YAML (numpy scalars would be dumped as Python objects)."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else value

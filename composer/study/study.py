@@ -1,0 +1,457 @@
+"""Run a study: open (or resume) the Optuna study, optimize with a live view, re-score the winner, report.
+
+Resuming is the default: the study lives in an RDB storage (SQLite in the workdir unless told otherwise)
+and is loaded if it exists. ``n_trials`` is the study's total of finished (complete or pruned) trials, so
+running the same command again only runs what is missing. Trials alive in a process that died stop
+sending heartbeats; once their grace period passes they are marked failed and retried with the same
+parameters (RetryHeartbeatStaleTrialCallback), and their MLflow record says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import logging
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from composer.data.types import QuestionSet
+from composer.errors import ConfigError, InputError
+from composer.study.experiment import ExperimentConfig, PrunerConfig, SplitConfig
+from composer.study.leaderboard import STUDY_ATTR, leaderboard, ranked_trials
+from composer.study.objective import Objective
+from composer.study.runner import StudyData, TrialRunner, score_pipeline
+from composer.study.space import SearchSpace, load_search_space
+from composer.study.tracking import StudyTracker, is_local_store, scrub
+
+if TYPE_CHECKING:
+    import optuna
+    import pandas as pd
+    from rich.console import Console
+
+logger = logging.getLogger(__name__)
+
+QDRANT_API_KEY_ENV = "QDRANT_API_KEY"
+
+
+@dataclass
+class StudyResult:
+    name: str
+    storage: str
+    tracking_uri: str
+    parent_run_id: str
+    summary: dict[str, Any]
+    leaderboard: pd.DataFrame
+
+
+def composer_version() -> str:
+    try:
+        return importlib.metadata.version("composer-rag")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def split_questions(
+    questions: QuestionSet, split: SplitConfig | None
+) -> tuple[QuestionSet, QuestionSet | None]:
+    """Selection and held-out sets by a seeded hash of each id: the same sets whatever the file's order.
+
+    Both keep the file's order, so batches (and pruning steps) see the same questions in every trial.
+    """
+    if split is None:
+        return questions, None
+    ranked = sorted(questions, key=lambda q: hashlib.sha256(f"{split.seed}:{q.id}".encode()).hexdigest())
+    n_held = round(len(ranked) * split.held_out)
+    if n_held == 0 or n_held == len(ranked):
+        raise ConfigError(f"holding out {split.held_out:.0%} of {len(ranked)} questions leaves a side empty",
+                          field="split.held_out")
+    held = {q.id for q in ranked[:n_held]}
+    return (QuestionSet([q for q in questions if q.id not in held], questions.source),
+            QuestionSet([q for q in questions if q.id in held], questions.source))
+
+
+def make_storage(url: str, heartbeat_interval: int | None = None) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage; with a heartbeat, trials of dead processes are failed and retried."""
+    from optuna.exceptions import ExperimentalWarning
+    from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    if heartbeat_interval is None:
+        return RDBStorage(url)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        return RDBStorage(
+            url,
+            heartbeat_interval=heartbeat_interval,
+            grace_period=2 * heartbeat_interval,
+            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=2),
+        )
+
+
+def make_sampler(exp: ExperimentConfig, space: SearchSpace, seed_offset: int) -> optuna.samplers.BaseSampler:
+    """The configured sampler. A resumed study shifts the seed by its trial count, so a seeded random
+    sampler does not replay (and waste trials on) the configurations it already proposed."""
+    import optuna
+
+    cfg = exp.sampler
+    name = cfg.name
+    if name == "auto":
+        name = "nsga2" if exp.multi_objective else "tpe"
+    seed = None if cfg.seed is None else cfg.seed + seed_offset
+    options = cfg.options
+    try:
+        if name == "grid":
+            return optuna.samplers.GridSampler(space.grid(), seed=seed, **options)
+        cls = {"tpe": optuna.samplers.TPESampler, "random": optuna.samplers.RandomSampler,
+               "nsga2": optuna.samplers.NSGAIISampler}[name]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return cls(seed=seed, **options)
+    except TypeError as exc:
+        raise ConfigError(f"bad option for the {name} sampler: {exc}", field="sampler") from None
+
+
+def make_pruner(cfg: PrunerConfig) -> optuna.pruners.BasePruner:
+    """The configured pruner; the median pruner waits for 3 trials and prunes from the second batch on."""
+    import optuna
+
+    defaults: dict[str, dict[str, Any]] = {"median": {"n_startup_trials": 3, "n_warmup_steps": 1},
+                                           "percentile": {"percentile": 25.0, "n_startup_trials": 3,
+                                                          "n_warmup_steps": 1}}
+    options = {**defaults.get(cfg.name, {}), **cfg.options}
+    cls = {"median": optuna.pruners.MedianPruner, "percentile": optuna.pruners.PercentilePruner,
+           "hyperband": optuna.pruners.HyperbandPruner,
+           "successive_halving": optuna.pruners.SuccessiveHalvingPruner,
+           "none": optuna.pruners.NopPruner}[cfg.name]
+    try:
+        return cls(**options)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"bad option for the {cfg.name} pruner: {exc}", field="pruner") from None
+
+
+def open_study(exp: ExperimentConfig, space: SearchSpace, *, name: str | None = None) -> optuna.Study:
+    """Create the study, or load it (same storage and name) to continue where it stopped."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study_name = name or exp.name
+    storage = make_storage(exp.storage_url, exp.heartbeat_interval)
+    try:
+        existing = len(storage.get_all_trials(storage.get_study_id_from_name(study_name), deepcopy=False))
+    except KeyError:
+        existing = 0
+    directions = ["maximize", *exp.secondary_directions()]
+    study = optuna.create_study(
+        storage=storage, sampler=make_sampler(exp, space, existing), pruner=make_pruner(exp.pruner),
+        study_name=study_name, directions=directions, load_if_exists=True,
+    )
+    if [d.name.lower() for d in study.directions] != directions:
+        raise ConfigError(f"study '{study_name}' exists with other objectives "
+                          f"({[d.name.lower() for d in study.directions]}); choose another --study-name",
+                          field="objective")
+    return study
+
+
+def load_study(name: str, storage_url: str) -> optuna.Study:
+    """An existing study, for reading (`composer trials`, `composer export`)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if storage_url.startswith("sqlite:///") and not Path(storage_url.removeprefix("sqlite:///")).exists():
+        raise InputError(f"no study storage at {storage_url} (give --experiment or --storage)")
+    try:
+        return optuna.load_study(study_name=name, storage=make_storage(storage_url))
+    except KeyError:
+        storage = make_storage(storage_url)
+        names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+        raise InputError(f"no study '{name}' in {storage_url} (studies there: {', '.join(names) or 'none'})"
+                         ) from None
+
+
+def run_study(
+    exp: ExperimentConfig,
+    *,
+    n_trials: int | None = None,
+    study_name: str | None = None,
+    console: Console | None = None,
+) -> StudyResult:
+    """Optimize (or continue) the experiment's study and report it; see the module docstring."""
+    import optuna
+    from rich.console import Console
+
+    from composer.data import load_corpus, load_questions
+    from composer.generation import ExtractiveAnswerer
+    from composer.study.live import StudyProgress
+
+    console = console or Console(stderr=True)
+    started = time.monotonic()
+    space = load_search_space(exp.search_space)
+    corpus = load_corpus(exp.corpus)
+    questions = load_questions(exp.questions, corpus=corpus)
+    selection, held_out = split_questions(questions, exp.split)
+    study = open_study(exp, space, name=study_name)
+    provenance = _provenance(exp, space, corpus.fingerprint(), questions, selection)
+    _check_same_data(study, provenance)
+
+    tracker = StudyTracker(
+        exp.tracking_uri, exp.mlflow_experiment, study.study_name,
+        artifact_root=exp.work_dir / "mlartifacts" if is_local_store(exp.tracking_uri) else None,
+        max_traces=exp.mlflow.traces, study_params=_study_params(exp, provenance),
+    )
+    _record_lost_trials(study, tracker)
+    data = StudyData(
+        corpus=corpus, questions=selection, space=space, objective=exp.objective, workdir=exp.work_dir,
+        answerer=ExtractiveAnswerer(), qdrant=exp.qdrant, batch_size=exp.batch_size,
+        api_key=os.environ.get(QDRANT_API_KEY_ENV) if exp.qdrant and exp.qdrant.startswith("http") else None,
+    )
+    runner = TrialRunner(data, tracker)
+    target = n_trials if n_trials is not None else exp.n_trials
+    finished_states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    done = len(study.get_trials(deepcopy=False, states=finished_states))
+    remaining = None if target is None else max(target - done, 0)
+    console.print(f"study [bold]{study.study_name}[/bold]: {done} trials finished"
+                  + (f", {remaining} to run" if remaining is not None else "")
+                  + f" · {len(selection)} questions" + (f" (+{len(held_out)} held out)" if held_out else ""),
+                  highlight=False)
+    status = "FAILED"
+    callbacks: list[Any] = []
+    if target is not None:
+        callbacks.append(optuna.study.MaxTrialsCallback(target, states=finished_states))
+    try:
+        if remaining != 0:
+            with StudyProgress(console, target, done, exp.timeout) as progress:
+                study.optimize(runner, n_trials=remaining, timeout=exp.timeout, catch=(Exception,),
+                               callbacks=[*callbacks, progress])
+        held = None
+        if held_out is not None:
+            held = _held_out(study, dataclasses.replace(data, questions=held_out), runner, console)
+        if runner.objective is not None:
+            study.set_user_attr("objective_weights", dict(runner.objective.weights))
+        if held is not None:
+            study.set_user_attr("held_out", held)
+        seconds = time.monotonic() - started
+        summary, metrics = _summary(study, exp, provenance, runner.objective, held, seconds)
+        board = leaderboard(study)
+        tracker.log_study(summary, metrics, board, summary.get("best_config"), _plots(study, exp))
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        tracker.close(status)
+    return StudyResult(study.study_name, exp.storage_url, exp.tracking_uri, tracker.parent_run_id, summary,
+                       board)
+
+
+def _provenance(exp: ExperimentConfig, space: SearchSpace, corpus_fp: str, questions: QuestionSet,
+                selection: QuestionSet) -> dict[str, Any]:
+    """What the study was run on; stored on the study, exported with the winner."""
+    return {
+        "experiment": exp.name,
+        "corpus": str(exp.corpus),
+        "corpus_fingerprint": corpus_fp,
+        "questions": str(exp.questions),
+        "questions_fingerprint": questions.fingerprint(),
+        "selection_fingerprint": selection.fingerprint(),
+        "n_selection": len(selection),
+        "split": None if exp.split is None else exp.split.model_dump(),
+        "search_space": space.source,
+        "k_eval": exp.objective.k,
+        "objective": exp.objective.model_dump(),
+        "composer_version": composer_version(),
+    }
+
+
+def _check_same_data(study: optuna.Study, provenance: dict[str, Any]) -> None:
+    """Continuing a study on changed data would rank trials scored on different questions together."""
+    stored = study.user_attrs.get(STUDY_ATTR)
+    if stored is None:
+        study.set_user_attr(STUDY_ATTR, {**provenance, "created": datetime.now(timezone.utc).isoformat()})
+        return
+    for key in ("corpus_fingerprint", "selection_fingerprint", "k_eval"):
+        if stored.get(key) != provenance[key]:
+            raise ConfigError(f"study '{study.study_name}' was run with another {key.replace('_', ' ')} "
+                              f"({stored.get(key)} vs {provenance[key]}); use a new --study-name",
+                              field=key)
+
+
+def _study_params(exp: ExperimentConfig, provenance: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "corpus": provenance["corpus"], "corpus_fingerprint": provenance["corpus_fingerprint"],
+        "questions": provenance["questions"], "selection_fingerprint": provenance["selection_fingerprint"],
+        "search_space": provenance["search_space"], "objective": exp.objective.model_dump(),
+        "sampler": exp.sampler.name, "pruner": exp.pruner.name, "batch_size": exp.batch_size,
+        "split": provenance["split"],
+    }
+
+
+def _record_lost_trials(study: optuna.Study, tracker: StudyTracker) -> None:
+    """Fail the trials of dead processes now (and queue their retry), and give each a FAILED run."""
+    import optuna
+    from optuna.trial import TrialState
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+    failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+    if not failed:
+        return
+    logged = tracker.logged_trials()
+    reason = "the process running this trial stopped (no heartbeat); retried"
+    for t in failed:
+        if t.number not in logged:
+            tracker.log_failed_trial(t.number, t.user_attrs.get("config"), reason)
+        elif logged[t.number][1] == "RUNNING":
+            tracker.mark_failed(logged[t.number][0], reason)
+
+
+def _held_out(
+    study: optuna.Study, data: StudyData, runner: TrialRunner, console: Console
+) -> dict[str, Any] | None:
+    """Re-score the winner and the runner-up on the held-out questions; CI of their paired difference."""
+    from composer.metrics.stats import paired_bootstrap_ci
+    from composer.pipeline.config import PipelineConfig
+
+    ranked = ranked_trials(study)
+    if not ranked:
+        return None
+    contenders = ranked[:2]
+    names = ", ".join(f"#{t.number}" for t in contenders)
+    console.print(f"re-scoring {names} on {len(data.questions)} held-out questions", highlight=False)
+    scores = []
+    for t in contenders:
+        pipeline = data.pipeline(PipelineConfig.from_dict(t.user_attrs["config"]))
+        pipeline.index(data.corpus)
+        scored = score_pipeline(pipeline, data.questions, data.corpus, data.answerer, ks=data.ks,
+                                batch_size=len(data.questions))
+        if runner.objective is None:
+            runner.objective = Objective.resolve(data.objective, scored.report.stats().keys())
+        scores.append(scored)
+    objective = runner.objective
+    assert objective is not None
+    out: dict[str, Any] = {"n_questions": len(data.questions)}
+    for role, t, scored in zip(("winner", "runner_up"), contenders, scores, strict=False):
+        stats = {name: st.mean for name, st in scored.report.stats().items()}
+        out[role] = {"trial": t.number, "selection_composite": t.user_attrs["metrics"]["composite"],
+                     "held_out_composite": objective.composite(stats)}
+    if len(scores) == 2:
+        pairs = [(objective.per_question(a.metrics), objective.per_question(b.metrics))
+                 for a, b in zip(scores[0].report.samples, scores[1].report.samples, strict=True)]
+        kept = [(a, b) for a, b in pairs if a is not None and b is not None]
+        if kept:
+            a_vals, b_vals = [a for a, _ in kept], [b for _, b in kept]
+            low, high = paired_bootstrap_ci(a_vals, b_vals)
+            diff = sum(a_vals) / len(a_vals) - sum(b_vals) / len(b_vals)
+            out["difference"] = {"mean": diff, "ci95": [low, high], "n_paired": len(kept),
+                                 "winner_really_better": low > 0}
+    return out
+
+
+def encode_summary(study: optuna.Study) -> dict[str, int]:
+    """How much indexing the study paid for: index builds, encode passes, reuses, repeats skipped."""
+    ran = [t for t in study.get_trials(deepcopy=False)
+           if "index_key" in t.user_attrs and "duplicate_of" not in t.user_attrs]
+    builds = [t for t in ran if not t.user_attrs.get("index_reused", True)]
+    return {
+        "trials_indexed": len(ran),
+        "unique_index_keys": len({t.user_attrs["index_key"] for t in ran}),
+        "index_builds": len(builds),
+        "encode_passes": sum(1 for t in builds if t.user_attrs.get("index_embeddings_computed", 0) > 0),
+        "index_reuses": len(ran) - len(builds),
+        "embeddings_computed": sum(int(t.user_attrs.get("index_embeddings_computed", 0)) for t in ran),
+        "repeats_skipped": sum(1 for t in study.get_trials(deepcopy=False) if "duplicate_of" in t.user_attrs),
+    }
+
+
+def _summary(study: optuna.Study, exp: ExperimentConfig, provenance: dict[str, Any],
+             objective: Objective | None, held: dict[str, Any] | None,
+             seconds: float) -> tuple[dict[str, Any], dict[str, float]]:
+    from optuna.trial import TrialState
+
+    counts = {state.name: len(study.get_trials(deepcopy=False, states=(state,)))
+              for state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)}
+    ranked = ranked_trials(study)
+    best = ranked[0] if ranked else None
+    encode = encode_summary(study)
+    summary: dict[str, Any] = {
+        "study": study.study_name,
+        "storage": scrub({"url": exp.storage_url})["url"],
+        "n_trials": len(study.trials),
+        "n_complete": counts["COMPLETE"],
+        "n_pruned": counts["PRUNED"],
+        "n_failed": counts["FAIL"],
+        "best_trial": None if best is None else best.number,
+        "best_value": None if best is None else best.user_attrs["metrics"]["composite"],
+        "best_metrics": None if best is None else best.user_attrs["metrics"],
+        "best_config": None if best is None else best.user_attrs["config"],
+        "objective": {"k_eval": exp.objective.k, "configured": exp.objective.metrics,
+                      "weights": (study.user_attrs.get("objective_weights") if objective is None
+                                  else dict(objective.weights)),
+                      "notes": [] if objective is None else list(objective.notes),
+                      "secondary": list(exp.objective.secondary)},
+        "encode": encode,
+        "errors": sorted({str(t.user_attrs["error"]) for t in study.get_trials(deepcopy=False)
+                          if t.state == TrialState.FAIL and "error" in t.user_attrs})[:10],
+        "held_out": held,
+        "data": provenance,
+        "seconds": seconds,
+    }
+    if exp.multi_objective:
+        summary["pareto_front"] = sorted(t.number for t in study.best_trials)
+    metrics: dict[str, float] = {k: float(v) for k, v in counts.items()}
+    metrics.update({k: float(v) for k, v in encode.items()})
+    if best is not None:
+        metrics["best_value"] = float(best.user_attrs["metrics"]["composite"])
+        metrics["best_trial"] = float(best.number)
+    if held and "difference" in held:
+        metrics["held_out_difference"] = float(held["difference"]["mean"])
+    metrics["seconds"] = seconds
+    return summary, metrics
+
+
+def _plots(study: optuna.Study, exp: ExperimentConfig) -> dict[str, str]:
+    """Optuna's history, importance and parallel-coordinate plots as self-contained (offline) HTML."""
+    from optuna import visualization as vis
+    from optuna.trial import FrozenTrial
+
+    def composite(t: FrozenTrial) -> float:
+        return float(t.values[0])
+
+    kw: dict[str, Any] = {"target": composite, "target_name": "composite"} if exp.multi_objective else {}
+    makers: dict[str, Any] = {
+        "optimization_history": lambda: vis.plot_optimization_history(study, **kw),
+        "param_importances": lambda: _importances(study, kw),
+        "parallel_coordinate": lambda: vis.plot_parallel_coordinate(study, **kw),
+    }
+    if exp.multi_objective:
+        names = ["composite", *exp.objective.secondary]
+        makers["pareto_front"] = lambda: vis.plot_pareto_front(study, target_names=names)
+    out: dict[str, str] = {}
+    for name, make in makers.items():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # Optuna's notes on tiny studies
+                out[name] = make().to_html(include_plotlyjs=True, full_html=True)
+        except Exception as exc:  # a plot Optuna cannot draw yet (e.g. importances of 1 trial) is skipped
+            logger.warning("plot %s skipped: %s", name, exc)
+    return out
+
+
+def _importances(study: optuna.Study, kw: dict[str, Any]) -> Any:
+    """fANOVA reads variance whatever the direction (Optuna's default, PED-ANOVA, assumes a custom target
+    is minimized: it would invert the composite's importances); it needs some variance among trials."""
+    import optuna
+    from optuna import visualization as vis
+
+    fanova = optuna.importance.FanovaImportanceEvaluator(seed=0)
+    try:
+        return vis.plot_param_importances(study, evaluator=fanova, **kw)
+    except RuntimeError:  # zero variance: too few distinct results yet
+        return vis.plot_param_importances(study, **kw)

@@ -1,0 +1,321 @@
+"""MLflow records of a study: one parent run per study, one nested run per trial, per-question traces.
+
+The parent is found by its tag ``composer.study`` so a re-run continues it. Trial runs are written when
+a trial ends (complete, pruned or failed), so a crash leaves no half-written run; trials a crash cut off
+are recorded as FAILED runs when the study resumes. Secrets never reach MLflow: parameters whose name
+says key/token/secret/password are masked, as are credentials inside URLs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from composer.evaluation.report import write_atomic
+from composer.study.runner import Scored, TrialLog
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from mlflow import MlflowClient
+    from mlflow.entities import LiveSpan
+
+logger = logging.getLogger(__name__)
+
+STUDY_TAG = "composer.study"
+ROLE_TAG = "composer.role"
+TRIAL_TAG = "composer.trial"
+STATE_TAG = "composer.trial_state"
+RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
+
+_SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials"}
+_URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+_METRIC_NAME = re.compile(r"[^\w\-. /]")
+MASK = "***"
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"chunking": {"size": 800}}`` -> ``{"chunking.size": 800}``."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def is_secret_name(name: str) -> bool:
+    """A name with a word key/token/secret/password... (an index key names a collection: not secret)."""
+    lowered = name.lower()
+    if lowered.endswith("index_key"):
+        return False
+    return any(part in _SECRET_WORDS for part in re.split(r"[._\-\s]+", lowered))
+
+
+def scrub(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Mask text under secret-looking names (at any depth) and user:password@ in URLs.
+
+    Only strings are masked: a secret is text, while numbers such as ``token_f1`` are scores.
+    """
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, str) and value and is_secret_name(str(key)):
+            out[key] = MASK
+        elif isinstance(value, Mapping):
+            out[key] = scrub(value)
+        elif isinstance(value, str):
+            out[key] = _URL_USERINFO.sub(MASK + "@", value)
+        else:
+            out[key] = value
+    return out
+
+
+def mlflow_metric_name(name: str) -> str:
+    """MLflow rejects "@": ``recall@10`` is logged as ``recall_at_10``."""
+    return _METRIC_NAME.sub("_", name.replace("@", "_at_"))
+
+
+def is_local_store(tracking_uri: str) -> bool:
+    return tracking_uri.startswith(("sqlite:", "file:")) or "://" not in tracking_uri
+
+
+class StudyTracker:
+    """Writes a study's MLflow runs; ``max_traces`` caps per-question traces per trial (None = all)."""
+
+    def __init__(
+        self,
+        tracking_uri: str,
+        experiment: str,
+        study_name: str,
+        *,
+        artifact_root: Path | None = None,
+        max_traces: int | None = None,
+        study_params: Mapping[str, Any] | None = None,
+    ) -> None:
+        import mlflow
+        from mlflow import MlflowClient
+
+        if tracking_uri.startswith("sqlite:///"):
+            Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        mlflow.set_tracking_uri(tracking_uri)  # traces and the fluent run context follow this URI
+        self.tracking_uri = tracking_uri
+        self.client: MlflowClient = MlflowClient(tracking_uri)
+        self.study_name = study_name
+        self.max_traces = max_traces
+        self.experiment_id = self._experiment(experiment, artifact_root)
+        self.parent_run_id = self._parent(study_params or {})
+
+    # Set-up ------------------------------------------------------------------------------------------
+    def _experiment(self, name: str, artifact_root: Path | None) -> str:
+        found = self.client.get_experiment_by_name(name)
+        if found is not None:
+            if found.lifecycle_stage == "deleted":
+                self.client.restore_experiment(found.experiment_id)
+            return str(found.experiment_id)
+        location = None
+        if artifact_root is not None:
+            folder = artifact_root / re.sub(r"[^\w.\-]", "_", name)
+            folder.mkdir(parents=True, exist_ok=True)
+            location = folder.resolve().as_uri()
+        return str(self.client.create_experiment(name, artifact_location=location))
+
+    def _parent(self, params: Mapping[str, Any]) -> str:
+        """The study's parent run: the existing one (a resumed study), else a new one with study params."""
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`{STUDY_TAG}` = '{self.study_name}' and tags.`{ROLE_TAG}` = 'study'",
+            order_by=["attributes.start_time ASC"],
+            max_results=1,
+        )
+        if runs:
+            run_id = str(runs[0].info.run_id)
+            self.client.update_run(run_id, status="RUNNING")
+            return run_id
+        run = self.client.create_run(
+            self.experiment_id,
+            run_name=self.study_name,
+            tags={STUDY_TAG: self.study_name, ROLE_TAG: "study"},
+        )
+        from mlflow.entities import Param
+
+        flat = scrub(flatten(params))
+        self.client.log_batch(run.info.run_id, params=[Param(k, _param_value(v)) for k, v in flat.items()])
+        return str(run.info.run_id)
+
+    # Trials ------------------------------------------------------------------------------------------
+    def logged_trials(self) -> dict[int, tuple[str, str]]:
+        """Trial number -> (run id, run status) of the runs already under this study's parent."""
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`mlflow.parentRunId` = '{self.parent_run_id}'",
+            max_results=50000,
+        )
+        return {int(r.data.tags[TRIAL_TAG]): (str(r.info.run_id), str(r.info.status))
+                for r in runs if TRIAL_TAG in r.data.tags}
+
+    def mark_failed(self, run_id: str, reason: str) -> None:
+        """Close a run its process left open when it died while logging."""
+        self.client.set_tag(run_id, STATE_TAG, "FAIL")
+        self.client.set_tag(run_id, "composer.error", reason)
+        self.client.set_terminated(run_id, status="FAILED")
+
+    def log_trial(self, log: TrialLog) -> str:
+        """One nested run: params, metrics (every metric at every k), tags, artifacts and traces."""
+        from mlflow.entities import Metric, Param
+
+        tags = {
+            "mlflow.parentRunId": self.parent_run_id,
+            STUDY_TAG: self.study_name,
+            ROLE_TAG: "trial",
+            TRIAL_TAG: str(log.number),
+            STATE_TAG: log.state,
+            **log.tags,
+        }
+        run = self.client.create_run(
+            self.experiment_id,
+            start_time=int(log.started.timestamp() * 1000),
+            run_name=f"trial-{log.number:03d}",
+            tags=scrub(tags),
+        )
+        run_id = str(run.info.run_id)
+        now = int(time.time() * 1000)
+        params = scrub(flatten(log.config.to_dict()))
+        metrics = [Metric(mlflow_metric_name(k), float(v), now, 0) for k, v in log.metrics.items()
+                   if isinstance(v, int | float)]
+        metrics += [Metric("running_composite", v, now, step) for step, v in enumerate(log.steps)]
+        self.client.log_batch(run_id, metrics=metrics,
+                              params=[Param(k, _param_value(v)) for k, v in params.items()])
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp)
+            write_atomic(out / "config.yaml", yaml.safe_dump(scrub(log.config.to_dict()), allow_unicode=True,
+                                                             sort_keys=False))
+            if log.scored is not None:
+                log.scored.report.save(out)
+            self.client.log_artifacts(run_id, str(out))
+        if log.scored is not None and self.max_traces != 0:
+            self._traces(run_id, log)
+        self.client.set_terminated(run_id, status=RUN_STATUS.get(log.state, "FAILED"))
+        return run_id
+
+    def log_failed_trial(self, number: int, config: Mapping[str, Any] | None, reason: str) -> None:
+        """A FAILED run for a trial that never got as far as a pipeline: its sampled values were invalid,
+        or its process died (failed by heartbeat). ``config`` may be nested or flat (trial params)."""
+        from mlflow.entities import Param
+
+        run = self.client.create_run(
+            self.experiment_id,
+            run_name=f"trial-{number:03d}",
+            tags={"mlflow.parentRunId": self.parent_run_id, STUDY_TAG: self.study_name, ROLE_TAG: "trial",
+                  TRIAL_TAG: str(number), STATE_TAG: "FAIL", "composer.error": reason},
+        )
+        if config:
+            params = scrub(flatten(config))
+            self.client.log_batch(run.info.run_id,
+                                  params=[Param(k, _param_value(v)) for k, v in params.items()])
+        self.client.set_terminated(run.info.run_id, status="FAILED")
+
+    def _traces(self, run_id: str, log: TrialLog) -> None:
+        """Per-question MLflow traces (spans retrieve, rerank, generate, judge) linked to the trial run."""
+        import mlflow
+
+        scored = log.scored
+        assert scored is not None
+        samples = scored.report.samples
+        if self.max_traces is not None:
+            samples = samples[: self.max_traces]
+        with mlflow.start_run(run_id=run_id):
+            for sample in samples:
+                self._trace(sample.question_id, sample.question, sample.answer, sample.metrics, scored, log)
+            mlflow.flush_trace_async_logging()
+
+    def _trace(self, qid: str, question: str, answer: str | None, metrics: Mapping[str, float | None],
+               scored: Scored, log: TrialLog) -> None:
+        import mlflow
+        from mlflow.entities import SpanType
+
+        timing = scored.timings[qid]
+        hits = scored.run.get(qid, [])
+        docs = [{"id": h.id, "page_content": h.text or "", "metadata": {"doc_id": h.doc_id, "score": h.score}}
+                for h in hits]
+        cfg = log.config
+        t = timing.batch_start_ns
+        root = mlflow.start_span_no_context(
+            "question", span_type=SpanType.CHAIN, inputs={"question": question, "question_id": qid},
+            experiment_id=self.experiment_id, start_time_ns=t,
+            tags={STUDY_TAG: self.study_name, TRIAL_TAG: str(log.number), "composer.question_id": qid},
+        )
+        amortized = {"composer.amortized_over_questions": timing.batch_size}
+
+        def child(name: str, kind: str, seconds: float, inputs: Any, outputs: Any,
+                  attributes: Mapping[str, Any]) -> int:
+            span: LiveSpan = mlflow.start_span_no_context(
+                name, span_type=kind, parent_span=root, inputs=inputs, attributes=dict(attributes),
+                start_time_ns=t,
+            )
+            end = t + int(seconds * 1e9)
+            span.end(outputs=outputs, end_time_ns=end)
+            return end
+
+        reranked = cfg.rerank.method != "none"
+        t = child("retrieve", SpanType.RETRIEVER, timing.retrieve_s, {"query": question},
+                  {"candidates": "reranked below"} if reranked else docs,
+                  {"mode": cfg.retrieval.mode, "k": cfg.retrieval.k, **amortized})
+        if reranked:
+            t = child("rerank", SpanType.RERANKER, timing.rerank_s, {"query": question}, docs,
+                      {"method": cfg.rerank.method, "model": cfg.rerank.model or "", **amortized})
+        t = child("generate", SpanType.CHAIN, timing.generate_s,
+                  {"question": question, "contexts": [h.id for h in hits]}, answer,
+                  {"answerer": scored.answerer})
+        scores = {k: v for k, v in metrics.items() if v is not None}
+        t = child("judge", SpanType.EVALUATOR, timing.judge_s, {"answer": answer}, scores, amortized)
+        root.end(outputs={"answer": answer}, end_time_ns=t)
+
+    # Study -------------------------------------------------------------------------------------------
+    def log_study(
+        self,
+        summary: Mapping[str, Any],
+        metrics: Mapping[str, float],
+        leaderboard: pd.DataFrame,
+        best_config: Mapping[str, Any] | None,
+        plots: Mapping[str, str],
+    ) -> None:
+        """Parent-run artifacts (summary, leaderboard, best config, Optuna plots) and headline metrics."""
+        from mlflow.entities import Metric, RunTag
+
+        now = int(time.time() * 1000)
+        self.client.log_batch(
+            self.parent_run_id,
+            metrics=[Metric(mlflow_metric_name(k), float(v), now, 0) for k, v in metrics.items()],
+            tags=[RunTag("composer.best_trial", str(summary.get("best_trial")))],
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp)
+            write_atomic(out / "study_summary.json",
+                         json.dumps(scrub(summary), ensure_ascii=False, indent=2, default=str) + "\n")
+            write_atomic(out / "leaderboard.csv", leaderboard.to_csv(index=False))
+            if best_config is not None:
+                write_atomic(out / "best_config.yaml",
+                             yaml.safe_dump(scrub(best_config), allow_unicode=True, sort_keys=False))
+            if plots:
+                (out / "plots").mkdir()
+                for name, html in plots.items():
+                    write_atomic(out / "plots" / f"{name}.html", html)
+            self.client.log_artifacts(self.parent_run_id, str(out))
+
+    def close(self, status: str = "FINISHED") -> None:
+        self.client.set_terminated(self.parent_run_id, status=status)
+
+
+def _param_value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text[:6000]
+

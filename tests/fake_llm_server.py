@@ -1,0 +1,318 @@
+"""A local OpenAI-compatible server for tests and benchmarks: scripted replies and injected faults.
+
+Serves POST /v1/chat/completions and /v1/embeddings on 127.0.0.1 (port 0 = any free port), so the code
+under test goes through litellm exactly as with a real provider (model "openai/<name>", api_base = `url`)
+without ever touching a public endpoint. Replies come from a route callable over the request; faults
+(429 with Retry-After, 500, a sleep past the client's timeout, a malformed body) are queued with
+`enqueue` and served before the route. The server counts requests and the most it saw in flight.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """What the route sees: the model, the messages and the last user message's text."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    body: dict[str, Any]
+    headers: dict[str, str]
+    arrived: float = 0.0  # time.monotonic() when the request came in
+
+    @property
+    def prompt(self) -> str:
+        """The last user message, where the prompts put the material to judge."""
+        for m in reversed(self.messages):
+            if m.get("role") == "user":
+                return str(m.get("content", ""))
+        return ""
+
+    @property
+    def system(self) -> str:
+        return next((str(m.get("content", "")) for m in self.messages if m.get("role") == "system"), "")
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted response: content for a 200, or an error status, a delay, a raw (malformed) body."""
+
+    content: str = "ok"
+    status: int = 200
+    delay: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+    raw_body: bytes | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+Route = Callable[[ChatRequest], "Reply | str"]
+
+
+def rate_limited(retry_after: float | None = 0.05) -> Reply:
+    headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
+    body = {"error": {"message": "Rate limit reached", "type": "rate_limit_error", "code": "rate_limit"}}
+    return Reply(status=429, headers=headers, raw_body=json.dumps(body).encode())
+
+
+def server_error(status: int = 500) -> Reply:
+    body = {"error": {"message": "The server had an error", "type": "server_error"}}
+    return Reply(status=status, raw_body=json.dumps(body).encode())
+
+
+def hang(seconds: float) -> Reply:
+    """A reply that arrives after `seconds`: past the client's timeout, it is a timeout."""
+    return Reply(content="too late", delay=seconds)
+
+
+def malformed() -> Reply:
+    return Reply(raw_body=b'{"id": "chatcmpl-x", "choices": [{"message": {"content": "trunc')
+
+
+def _approx_tokens(text: str) -> int:
+    return max(1, len(text.split()))
+
+
+def fake_embedding(text: str, dim: int = 32) -> list[float]:
+    """A deterministic unit vector from hashed word counts: texts sharing words point the same way."""
+    vec = [0.0] * dim
+    for word in re.findall(r"\w+", text.lower()):
+        h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
+        vec[h % dim] += 1.0 if (h >> 32) & 1 else -1.0
+    norm = math.sqrt(sum(v * v for v in vec)) or 1.0
+    return [v / norm for v in vec]
+
+
+class FakeLLMServer:
+    """Start with `with FakeLLMServer(route) as server:`; point litellm at `server.url`."""
+
+    def __init__(self, route: Route | None = None, *, latency: float = 0.0, embedding_dim: int = 32) -> None:
+        self.route: Route = route or (lambda req: "ok")
+        self.latency = latency
+        self.embedding_dim = embedding_dim
+        self.requests = 0
+        self.chat_requests = 0
+        self.embedding_requests = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.received: list[ChatRequest] = []
+        self.statuses: list[int] = []
+        self._queue: deque[Reply] = deque()
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None, "server not started"
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def enqueue(self, *replies: Reply) -> None:
+        """Serve these replies, in order, to the next chat requests before the route answers again."""
+        with self._lock:
+            self._queue.extend(replies)
+
+    def reset_counts(self) -> None:
+        with self._lock:
+            self.requests = self.chat_requests = self.embedding_requests = 0
+            self.max_in_flight = 0
+            self.received.clear()
+            self.statuses.clear()
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "requests": self.requests,
+                "chat_requests": self.chat_requests,
+                "embedding_requests": self.embedding_requests,
+                "max_in_flight": self.max_in_flight,
+            }
+
+    def start(self) -> FakeLLMServer:
+        handler = _make_handler(self)
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler, bind_and_activate=False)
+        httpd.daemon_threads = True
+        httpd.request_queue_size = 256  # many concurrent connects: the default backlog of 5 refuses them
+        httpd.allow_reuse_address = True
+        httpd.server_bind()
+        httpd.server_activate()
+        self._httpd = httpd
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> FakeLLMServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- request handling (called from handler threads) --
+
+    def _next_reply(self, req: ChatRequest) -> Reply:
+        with self._lock:
+            queued = self._queue.popleft() if self._queue else None
+        if queued is not None:
+            return queued
+        reply = self.route(req)
+        return Reply(content=reply) if isinstance(reply, str) else reply
+
+    def _enter(self, kind: str) -> None:
+        with self._lock:
+            self.requests += 1
+            if kind == "chat":
+                self.chat_requests += 1
+            else:
+                self.embedding_requests += 1
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def _leave(self, status: int) -> None:
+        with self._lock:
+            self.in_flight -= 1
+            self.statuses.append(status)
+
+
+def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as real providers do
+        # Headers and body go out in two writes: with Nagle's algorithm the body would wait for the
+        # client's delayed ACK (up to 40 ms on Linux), a latency no real provider adds.
+        disable_nagle_algorithm = True
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Silent: tests read the counters instead."""
+
+        def do_GET(self) -> None:
+            """GET /stats: the counters, for a server running in another process (the benchmark)."""
+            if self.path.rstrip("/").endswith("/stats"):
+                self._send(200, server.stats())
+            else:
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                body = json.loads(self.rfile.read(length) or b"{}")
+            except json.JSONDecodeError:
+                self._send(400, {"error": {"message": "invalid JSON body"}})
+                return
+            path = self.path.rstrip("/")
+            if path.endswith("/chat/completions"):
+                self._chat(body)
+            elif path.endswith("/embeddings"):
+                self._embeddings(body)
+            else:
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+        def _chat(self, body: dict[str, Any]) -> None:
+            server._enter("chat")
+            status = 200
+            try:
+                req = ChatRequest(
+                    model=str(body.get("model", "")),
+                    messages=list(body.get("messages", [])),
+                    body=body,
+                    headers={k.lower(): v for k, v in self.headers.items()},
+                    arrived=time.monotonic(),
+                )
+                with server._lock:
+                    server.received.append(req)
+                reply = server._next_reply(req)
+                status = reply.status
+                time.sleep(server.latency + reply.delay)
+                if reply.raw_body is not None:
+                    self._send_raw(reply.status, reply.raw_body, reply.headers)
+                    return
+                prompt_text = " ".join(str(m.get("content", "")) for m in req.messages)
+                pt = reply.prompt_tokens if reply.prompt_tokens is not None else _approx_tokens(prompt_text)
+                ct = (
+                    reply.completion_tokens
+                    if reply.completion_tokens is not None
+                    else _approx_tokens(reply.content)
+                )
+                payload = {
+                    "id": f"chatcmpl-{server.requests}",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": req.model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": reply.content},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct},
+                }
+                self._send(reply.status, payload, reply.headers)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (a timeout test): nothing to answer
+            finally:
+                server._leave(status)
+
+        def _embeddings(self, body: dict[str, Any]) -> None:
+            server._enter("embedding")
+            try:
+                time.sleep(server.latency)
+                texts = body.get("input", [])
+                if isinstance(texts, str):
+                    texts = [texts]
+                data = [
+                    {
+                        "object": "embedding",
+                        "index": i,
+                        "embedding": fake_embedding(str(t), server.embedding_dim),
+                    }
+                    for i, t in enumerate(texts)
+                ]
+                tokens = sum(_approx_tokens(str(t)) for t in texts)
+                payload = {
+                    "object": "list",
+                    "data": data,
+                    "model": body.get("model", ""),
+                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+                }
+                self._send(200, payload)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            finally:
+                server._leave(200)
+
+        def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+            self._send_raw(status, json.dumps(payload, ensure_ascii=False).encode("utf-8"), headers)
+
+        def _send_raw(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+            self.wfile.flush()
+
+    return Handler

@@ -1,0 +1,311 @@
+"""Every bad input names its file, line (or row) and field, in one readable message."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from composer.data import Corpus, Document, load_corpus, load_questions, load_run
+from composer.errors import InputError
+
+
+def _error(call: Any, *args: Any, **kwargs: Any) -> InputError:
+    with pytest.raises(InputError) as info:
+        call(*args, **kwargs)
+    return info.value
+
+
+def _located(error: InputError, path: Path | str, line: int | None, field: str | None = None) -> str:
+    """Assert the error's location and return its message text."""
+    assert (error.path, error.line, error.field) == (str(path), line, field)
+    prefix = str(path) + (f":{line}" if line is not None else "")
+    assert str(error).startswith(prefix + (f" (field '{field}')" if field else "") + ": ")
+    return error.message
+
+
+def _jsonl(path: Path, rows: list[Any]) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+# -- malformed JSON ------------------------------------------------------------------------------------
+
+
+def test_malformed_jsonl_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"question": "a?"}\n\n{"question": "b?",}\n', encoding="utf-8")
+    message = _located(_error(load_questions, path), path, 3)
+    assert message.startswith("invalid JSON: Expecting property name enclosed in double quotes (column 19)")
+
+
+def test_malformed_json_array_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "q.json"
+    path.write_text('[\n  {"question": "a?"},\n  {"question": "b?"\n   "id": "x"}\n]', encoding="utf-8")
+    assert "Expecting ',' delimiter" in _located(_error(load_questions, path), path, 4)
+    path.write_text('[{"question": "a?"}\n {"question": "b?"}]', encoding="utf-8")
+    assert "expected ',' or ']'" in _located(_error(load_questions, path), path, 2)
+    path.write_text('[{"question": "a?"}]\n[]', encoding="utf-8")
+    assert "extra data after the array" in _located(_error(load_questions, path), path, 2)
+
+
+def test_pretty_printed_object_is_explained(tmp_path: Path) -> None:
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps({"questions": [{"question": "a?"}]}, indent=2), encoding="utf-8")
+    message = _located(_error(load_questions, path), path, 1)
+    assert message == (
+        "expected JSON Lines (one object per line) or a JSON array of objects, "
+        "got an object spread over several lines"
+    )
+
+
+def test_non_object_row(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "q.jsonl", [{"question": "a?"}, ["b?"]])
+    assert _located(_error(load_questions, path), path, 2) == "expected a JSON object, got an array"
+    assert "expected a dict, got str" in str(_error(load_questions, ["a?"]))
+
+
+# -- missing question text -----------------------------------------------------------------------------
+
+
+def test_missing_question_text_in_jsonl(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "q.jsonl", [{"question": "a?"}, {"id": "x", "relevant_ids": ["d1"]}])
+    assert _located(_error(load_questions, path), path, 2, "question") == "missing question text"
+    path = _jsonl(tmp_path / "q.jsonl", [{"question": "  \n"}])
+    assert _located(_error(load_questions, path), path, 1, "question") == "missing question text"
+
+
+def test_missing_question_text_in_tables(tmp_path: Path) -> None:
+    path = tmp_path / "q.csv"
+    path.write_text('id,question\n1,"multi\nline?"\n2,\n', encoding="utf-8")
+    _located(_error(load_questions, path), path, 4, "question")
+    sheet = tmp_path / "q.xlsx"
+    pd.DataFrame({"id": ["a", "b", "c"], "question": ["a?", "b?", None]}).to_excel(sheet, index=False)
+    _located(_error(load_questions, sheet), sheet, 4, "question")
+    frame = pd.DataFrame({"question": ["a?", float("nan")]})
+    _located(_error(load_questions, frame), "<DataFrame>", 2, "question")
+    _located(_error(load_questions, [{"question": "a?"}, {"question": ""}]), "<list>", 2, "question")
+
+
+def test_missing_document_text(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "c.jsonl", [{"id": "d1", "text": "t"}, {"id": "d2", "title": "only a title"}])
+    assert _located(_error(load_corpus, path), path, 2, "text") == "missing document text"
+
+
+def test_wrong_types_name_the_field(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "q.jsonl", [{"question": {"text": "a?"}}])
+    assert _located(_error(load_questions, path), path, 1, "question") == "expected one text, got an object"
+    path = _jsonl(tmp_path / "q.jsonl", [{"question": "a?", "relevant_ids": [["d1"]]}])
+    _located(_error(load_questions, path), path, 1, "relevant_ids")
+    path = _jsonl(tmp_path / "q.jsonl", [{"question": "a?", "metadata": "x"}])
+    assert _located(_error(load_questions, path), path, 1, "metadata") == "expected an object, got str"
+
+
+def test_bad_json_array_cell(tmp_path: Path) -> None:
+    path = tmp_path / "q.csv"
+    path.write_text('question,relevant_ids\na?,d1\nb?,"[""d1"", "\n', encoding="utf-8")
+    assert "invalid JSON array" in _located(_error(load_questions, path), path, 3, "relevant_ids")
+
+
+def test_two_names_for_one_field(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "q.jsonl", [{"question": "a?", "answer": "x", "reference_answer": "y"}])
+    message = _located(_error(load_questions, path), path, 1, "reference_answer")
+    assert message == "both 'answer' and 'reference_answer' given; keep one"
+
+
+# -- duplicate ids -------------------------------------------------------------------------------------
+
+
+def test_duplicate_question_ids_name_both_lines(tmp_path: Path) -> None:
+    path = _jsonl(tmp_path / "q.jsonl", [{"id": "q1", "question": "a?"}, {"id": 2, "question": "b?"}, {}])
+    path.write_text(path.read_text(encoding="utf-8").replace("{}", '{"id": "2", "question": "c?"}'))
+    message = _located(_error(load_questions, path), path, 3, "id")
+    assert message == "duplicate question id '2' (lines 2 and 3)"
+
+
+def test_duplicate_ids_in_tables_and_corpora(tmp_path: Path) -> None:
+    sheet = tmp_path / "q.xlsx"
+    pd.DataFrame({"id": [1, 2, 1], "question": ["a?", "b?", "c?"]}).to_excel(sheet, index=False)
+    assert (
+        _located(_error(load_questions, sheet), sheet, 4, "id") == "duplicate question id '1' (rows 2 and 4)"
+    )
+    path = _jsonl(tmp_path / "c.jsonl", [{"id": "d1", "text": "x"}, {"id": "d1", "text": "y"}])
+    assert _located(_error(load_corpus, path), path, 2, "id") == "duplicate document id 'd1' (lines 1 and 2)"
+
+
+# -- relevant ids absent from the corpus ---------------------------------------------------------------
+
+CORPUS = Corpus([Document("d1", "one"), Document("d2", "two")], source="corpus.jsonl")
+
+
+def test_unknown_relevant_ids_warn_with_the_count(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    rows = [
+        {"id": "a", "question": "a?", "relevant_ids": ["d1", "x1"]},
+        {"id": "b", "question": "b?", "relevant_ids": ["d2#0", "x2", "x1"]},
+    ]
+    path = _jsonl(tmp_path / "q.jsonl", rows)
+    with caplog.at_level(logging.WARNING, logger="composer"):
+        questions = load_questions(path, corpus=CORPUS)
+    assert len(questions) == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: 2 of 4 relevant ids are not in the corpus corpus.jsonl (e.g. x1, x2)"
+    ]
+    assert caplog.records[0].name == "composer.data.questions"
+
+
+def test_unknown_relevant_ids_are_an_error_when_strict(tmp_path: Path) -> None:
+    rows = [{"question": "a?", "relevant_ids": ["d1"]}, {"question": "b?", "relevant_ids": "d9"}]
+    path = _jsonl(tmp_path / "q.jsonl", rows)
+    message = _located(_error(load_questions, path, corpus=CORPUS, strict=True), path, 2, "relevant_ids")
+    assert message == "1 of 2 relevant ids are not in the corpus corpus.jsonl (e.g. d9)"
+
+
+# -- undecodable bytes ---------------------------------------------------------------------------------
+
+
+def test_undecodable_bytes_give_line_and_byte_offset(tmp_path: Path) -> None:
+    path = tmp_path / "q.jsonl"
+    path.write_bytes(b'{"question": "a?"}\n{"question": "\xd9\x85\xff?"}\n')
+    message = _located(_error(load_questions, path), path, 2)
+    assert message == "not valid UTF-8: byte(s) ff at byte offset 35; save the file as UTF-8"
+
+
+def test_undecodable_bytes_in_every_text_source(tmp_path: Path) -> None:
+    latin1 = "id,question\n1,caf\xe9?\n".encode("latin-1")
+    (tmp_path / "q.csv").write_bytes(latin1)
+    assert "byte offset 17" in _located(_error(load_questions, tmp_path / "q.csv"), tmp_path / "q.csv", 2)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "ok.txt").write_text("fine", encoding="utf-8")
+    (folder / "bad.md").write_bytes(b"line one\nline two \x80\n")
+    _located(_error(load_corpus, folder), folder / "bad.md", 2)
+    (tmp_path / "run.trec").write_bytes(b"q1 Q0 d\xe9 1 1.0 x\n")
+    _located(_error(load_run, tmp_path / "run.trec"), tmp_path / "run.trec", 1)
+
+
+# -- empty files ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["q.jsonl", "q.json", "q.csv", "q.xlsx", "q.parquet"])
+def test_empty_file(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(b"")
+    assert _located(_error(load_questions, path), path, None) == "file is empty"
+    assert _located(_error(load_corpus, path), path, None) == "file is empty"
+
+
+def test_files_without_records(tmp_path: Path) -> None:
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n  \n", encoding="utf-8")
+    assert _located(_error(load_questions, blank), blank, None) == "file is empty"
+    header_only = tmp_path / "h.csv"
+    header_only.write_text("id,question\n\n", encoding="utf-8")
+    assert _located(_error(load_questions, header_only), header_only, None) == "no records found"
+    array = tmp_path / "a.json"
+    array.write_text(" [ ] ", encoding="utf-8")
+    assert _located(_error(load_corpus, array), array, None) == "no records found"
+    assert _located(_error(load_questions, []), "<list>", None) == "no records found"
+    assert (
+        _located(_error(load_corpus, pd.DataFrame({"text": []})), "<DataFrame>", None) == "no records found"
+    )
+    run = tmp_path / "run.trec"
+    run.write_text("\n", encoding="utf-8")
+    assert _located(_error(load_run, run), run, None) == "file is empty"
+    run.write_text("[]", encoding="utf-8")
+    assert _located(_error(load_run, run), run, None) == "no records found"
+
+
+def test_empty_folder_corpus(tmp_path: Path) -> None:
+    (tmp_path / "readme.rst").write_text("not a document", encoding="utf-8")
+    assert _located(_error(load_corpus, tmp_path), tmp_path, None) == "no .txt or .md files in this folder"
+    (tmp_path / "empty.txt").write_text("", encoding="utf-8")
+    _located(_error(load_corpus, tmp_path), tmp_path, None)
+
+
+# -- unknown extension and other unreadable paths ------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["questions.txt", "questions", "questions.xls"])
+def test_unknown_extension_lists_supported_ones(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    path.write_text('{"question": "a?"}\n', encoding="utf-8")
+    message = _located(_error(load_questions, path), path, None)
+    suffix = path.suffix or "(none)"
+    assert (
+        message
+        == f"unsupported file type '{suffix}'; supported: .jsonl, .ndjson, .json, .csv, .tsv, .xlsx, .parquet"
+    )
+
+
+def test_missing_file_and_wrong_source_type(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.jsonl"
+    assert _located(_error(load_questions, missing), missing, None) == "file not found"
+    assert _located(_error(load_run, missing), missing, None) == "file not found"
+    assert (
+        _located(_error(load_questions, tmp_path / "dir.csv"), tmp_path / "dir.csv", None) == "file not found"
+    )
+    (tmp_path / "folder").mkdir()
+    message = _located(_error(load_questions, tmp_path / "folder"), tmp_path / "folder", None)
+    assert message == "expected a file, got a directory"
+    message = str(_error(load_questions, 42))
+    assert message == "expected a file path, a pandas DataFrame or a list of dicts, got int"
+
+
+def test_damaged_binary_files(tmp_path: Path) -> None:
+    for name in ("q.xlsx", "q.parquet"):
+        path = tmp_path / name
+        path.write_bytes(b"not really a binary table")
+        message = _located(_error(load_questions, path), path, None)
+        assert message.startswith(f"cannot read {'XLSX' if name.endswith('xlsx') else 'Parquet'}: ")
+
+
+def test_bad_csv_shape(tmp_path: Path) -> None:
+    path = tmp_path / "q.csv"
+    path.write_text("id,question\n1,a?,extra\n", encoding="utf-8")
+    assert _located(_error(load_questions, path), path, 2) == "3 cells but the header has 2 columns"
+    path.write_text("id,question,id\n1,a?,2\n", encoding="utf-8")
+    assert _located(_error(load_questions, path), path, 1) == "duplicate column 'id' in the header"
+
+
+# -- runs ----------------------------------------------------------------------------------------------
+
+
+def test_bad_trec_lines(tmp_path: Path) -> None:
+    path = tmp_path / "run.trec"
+    path.write_text("q1 Q0 d1 1 1.5 tag\nq1 d2 2 1.0 tag\n", encoding="utf-8")
+    message = _located(_error(load_run, path), path, 2)
+    assert message == "expected 6 whitespace-separated fields 'qid Q0 docid rank score tag', got 5"
+    path.write_text("q1 Q0 d1 1 1.5 tag\n\nq1 Q0 d2 2 high tag\n", encoding="utf-8")
+    assert _located(_error(load_run, path), path, 3, "score") == "score must be a finite number, got 'high'"
+    path.write_text("q1 Q0 d1 1 nan tag\n", encoding="utf-8")
+    _located(_error(load_run, path), path, 1, "score")
+    path.write_text("q1 Q0 d1 first 1.0 tag\n", encoding="utf-8")
+    assert _located(_error(load_run, path), path, 1, "rank") == "rank must be an integer, got 'first'"
+
+
+def test_bad_jsonl_runs(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    ok = {"id": "q1", "results": [{"id": "d1", "score": 1.0}]}
+    cases: list[tuple[Any, str | None, str]] = [
+        (
+            {"id": "q2", "results": [{"id": "d1", "score": 1}, {"id": "d2"}]},
+            "results[1].score",
+            "finite number",
+        ),
+        ({"id": "q2", "results": [{"id": "d1", "score": "0.5"}]}, "results[0].score", "got '0.5'"),
+        ({"id": "q2", "results": [{"score": 0.5}]}, "results[0].id", "missing id"),
+        ({"id": "q2", "results": ["d1"]}, "results[0]", "expected an object"),
+        ({"id": "q2", "results": {"d1": 1.0}}, "results", "expected a list of results"),
+        ({"results": []}, "id", "missing question id"),
+        ({"id": "q1", "results": []}, "id", "duplicate question id 'q1' (lines 1 and 2)"),
+        ({"id": "q2", "results": [{"id": "d1", "score": 1, "text": 5}]}, "results[0].text", "text must be"),
+    ]
+    for bad, field, text in cases:
+        _jsonl(path, [ok, bad])
+        assert text in _located(_error(load_run, path), path, 2, field)
+    path.write_text(json.dumps(ok) + "\n{oops\n", encoding="utf-8")
+    assert "invalid JSON" in _located(_error(load_run, path), path, 2)

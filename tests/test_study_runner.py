@@ -1,0 +1,142 @@
+"""A trial on a scripted pipeline: batches, running objective, pruning, repeats, failures; scrubbing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import optuna
+import pytest
+
+from composer.data.types import Corpus, Document, Hit, Question, QuestionSet, Run
+from composer.generation import ExtractiveAnswerer
+from composer.pipeline.config import PipelineConfig
+from composer.pipeline.pipeline import IndexInfo
+from composer.study.experiment import ObjectiveConfig
+from composer.study.runner import StudyData, TrialRunner, config_hash, score_pipeline
+from composer.study.space import parse_search_space
+from composer.study.tracking import MASK, flatten, mlflow_metric_name, scrub
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+CORPUS = Corpus([Document(id=f"d{i}", text=f"الوثيقة رقم {i} عن الموضوع {i}.") for i in range(10)], "mem")
+QUESTIONS = QuestionSet(
+    [Question(id=f"q{i}", question=f"ما الموضوع {i}؟", relevant_ids=(f"d{i}",), answers=(f"الموضوع {i}",))
+     for i in range(10)],
+    "mem",
+)
+
+
+@dataclass
+class ScriptedPipeline:
+    """Ranks the relevant document first when ``good``, else never retrieves it."""
+
+    config: PipelineConfig
+    good: bool
+    calls: list[int] = field(default_factory=list)
+
+    def index(self, corpus: Corpus) -> IndexInfo:
+        return IndexInfo("composer-test", len(corpus), len(corpus), False, 0, 0, 0.0)
+
+    def universe(self) -> dict[str, tuple[str, str]]:
+        return {d.id: (d.id, d.text) for d in CORPUS}
+
+    def retrieve_timed(self, questions: Sequence[Question]) -> tuple[Run, dict[str, dict[str, float]]]:
+        self.calls.append(len(questions))
+        run: Run = {}
+        for q in questions:
+            target = q.relevant_ids[0]
+            ids = [target] if self.good else []
+            ids += [d.id for d in CORPUS if d.id != target][: self.config.retrieval.k - len(ids)]
+            run[q.id] = [Hit(i, 1.0 - r / 10, CORPUS.get(i).text, i) for r, i in enumerate(ids)]  # type: ignore[union-attr]
+        return run, {q.id: {"retrieve": 0.001, "rerank": 0.0} for q in questions}
+
+
+class ScriptedData(StudyData):
+    built: list[ScriptedPipeline]
+
+    def pipeline(self, config: PipelineConfig) -> ScriptedPipeline:
+        made = ScriptedPipeline(config, good=config.retrieval.mode == "bm25")
+        self.built.append(made)
+        return made
+
+
+def data(dims: dict[str, object] | None = None, batch_size: int = 4) -> ScriptedData:
+    dims = dims or {"retrieval.mode": {"choices": ["bm25", "dense"]}, "retrieval.k": {"choices": [3]}}
+    d = ScriptedData(corpus=CORPUS, questions=QUESTIONS, space=parse_search_space({"dimensions": dims}),
+                     objective=ObjectiveConfig(k=3, metrics={"recall": 1.0, "token_f1": 1.0}),
+                     workdir=Path("unused"), answerer=ExtractiveAnswerer(), batch_size=batch_size)
+    d.built = []
+    return d
+
+
+def test_score_pipeline_reports_a_growing_report_per_batch() -> None:
+    pipeline = ScriptedPipeline(PipelineConfig.from_dict({"retrieval": {"mode": "bm25", "k": 3}}), good=True)
+    seen: list[tuple[int, int]] = []
+    scored = score_pipeline(pipeline, QUESTIONS, CORPUS, ExtractiveAnswerer(), ks=(1, 3), batch_size=4,
+                            on_batch=lambda step, report: seen.append((step, len(report.samples))))
+    assert pipeline.calls == [4, 4, 2]
+    assert seen == [(0, 4), (1, 8), (2, 10)]
+    assert [s.question_id for s in scored.report.samples] == [q.id for q in QUESTIONS]
+    stats = scored.report.stats()
+    assert stats["recall@1"].mean == 1.0 and stats["token_f1"].n == 10
+    assert set(scored.report.samples[0].latency) == {"retrieve", "rerank", "generate", "judge"}
+    assert scored.secondary_metrics()["context_tokens"] > 0
+    assert scored.answerer == "extractive"
+
+
+def test_a_repeated_configuration_returns_the_earlier_result_without_running() -> None:
+    d = data()
+    study = optuna.create_study(direction="maximize")
+    for _ in range(2):
+        study.enqueue_trial({"retrieval.mode": "bm25", "retrieval.k": 3})
+    study.optimize(TrialRunner(d), n_trials=2)
+    first, second = study.trials
+    assert len(d.built) == 1  # the repeat built no pipeline
+    assert second.value == first.value
+    assert second.user_attrs["duplicate_of"] == 0
+    assert second.user_attrs["metrics"] == first.user_attrs["metrics"]
+    assert second.user_attrs["config_hash"] == config_hash(d.space.build(first.params))
+    assert sorted(first.intermediate_values) == [0, 1, 2]  # one report per batch of 4, 4 and 2 questions
+    assert first.intermediate_values[2] == pytest.approx(first.value)
+
+
+def test_a_poor_trial_is_pruned_between_batches() -> None:
+    d = data()
+    study = optuna.create_study(direction="maximize",
+                                pruner=optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0))
+    study.enqueue_trial({"retrieval.mode": "bm25", "retrieval.k": 3})
+    study.enqueue_trial({"retrieval.mode": "dense", "retrieval.k": 3})
+    study.optimize(TrialRunner(d), n_trials=2)
+    good, poor = study.trials
+    assert good.state == optuna.trial.TrialState.COMPLETE
+    assert poor.state == optuna.trial.TrialState.PRUNED
+    assert poor.user_attrs["pruned_at"] == {"step": 0, "questions": 4}
+    assert d.built[1].calls == [4]  # stopped after the first batch
+
+
+def test_a_failing_trial_fails_alone_with_its_error_recorded() -> None:
+    d = data({"chunking.method": {"choices": ["fixed_chars"]}, "chunking.size": {"choices": [100]},
+              "chunking.overlap": {"choices": [100]}})
+    study = optuna.create_study(direction="maximize")
+    study.optimize(TrialRunner(d), n_trials=1, catch=(Exception,))
+    assert study.trials[0].state == optuna.trial.TrialState.FAIL
+    assert "overlap" in study.trials[0].user_attrs["error"]
+
+
+def test_scrub_masks_secrets_but_not_scores_or_index_keys() -> None:
+    values = {"embedding": {"api_key": "sk-123", "api_base": "https://user:pw@host/v1", "model": "m"},
+              "token_f1": 0.5, "composer.index_key": "composer-abc", "auth_token": "t", "empty_key": "",
+              "password": "p"}
+    out = scrub(values)
+    assert out["embedding"] == {"api_key": MASK, "api_base": f"https://{MASK}@host/v1", "model": "m"}
+    assert out["token_f1"] == 0.5 and out["composer.index_key"] == "composer-abc"
+    assert out["auth_token"] == MASK and out["password"] == MASK and out["empty_key"] == ""
+
+
+def test_metric_names_and_flattened_params() -> None:
+    assert mlflow_metric_name("recall@10") == "recall_at_10"
+    assert mlflow_metric_name("latency_ms") == "latency_ms"
+    flat = flatten(PipelineConfig().to_dict())
+    assert flat["chunking.method"] == "paragraph" and flat["rerank.lambda"] == 0.7
