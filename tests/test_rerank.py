@@ -31,21 +31,22 @@ def unit(*rows: list[float]) -> np.ndarray:
 QUERY = unit([1.0, 0.0, 0.0])[0]
 # 0 and 1 are near-duplicates and the most relevant; 2 is less relevant but points elsewhere.
 DOCS = unit([0.95, 0.31, 0.0], [0.94, 0.34, 0.0], [0.7, 0.0, 0.71], [0.2, 0.98, 0.0])
+RELEVANCE = DOCS @ QUERY
 
 
 def test_mmr_with_lambda_one_keeps_relevance_order() -> None:
-    assert mmr_order(QUERY, DOCS, 1.0, 4) == list(np.argsort(-(DOCS @ QUERY)))
+    assert mmr_order(RELEVANCE, DOCS, 1.0, 4) == list(np.argsort(-RELEVANCE))
 
 
 def test_mmr_with_low_lambda_picks_the_diverse_document_before_the_duplicate() -> None:
-    assert mmr_order(QUERY, DOCS, 1.0, 3) == [0, 1, 2]
-    assert mmr_order(QUERY, DOCS, 0.5, 3) == [0, 2, 1]
+    assert mmr_order(RELEVANCE, DOCS, 1.0, 3) == [0, 1, 2]
+    assert mmr_order(RELEVANCE, DOCS, 0.5, 3) == [0, 2, 1]
 
 
 def test_mmr_respects_k() -> None:
-    assert len(mmr_order(QUERY, DOCS, 0.5, 2)) == 2
-    assert sorted(mmr_order(QUERY, DOCS, 0.5, 10)) == [0, 1, 2, 3]
-    assert mmr_order(QUERY, DOCS[:0], 0.5, 3) == []
+    assert len(mmr_order(RELEVANCE, DOCS, 0.5, 2)) == 2
+    assert sorted(mmr_order(RELEVANCE, DOCS, 0.5, 10)) == [0, 1, 2, 3]
+    assert mmr_order(RELEVANCE[:0], DOCS[:0], 0.5, 3) == []
 
 
 class BagOfWords(PrefixedEmbedder):
@@ -216,6 +217,9 @@ def test_mmr_through_the_pipeline(tmp_path: Path, lam: float) -> None:
     candidates = first_stage(tmp_path)
     for q in QUESTIONS:
         hits = candidates[q.id]
-        query = p.embedder.encode_queries([q.question])[0]
+        scores = np.array([h.score for h in hits])
+        relevance = (scores - scores.min()) / (scores.max() - scores.min())  # the retriever's scores, scaled
         docs = p.embedder.encode_passages([h.text or "" for h in hits])
-        assert [h.id for h in run[q.id]] == [hits[i].id for i in mmr_order(query, docs, lam, 3)]
+        assert [h.id for h in run[q.id]] == [hits[i].id for i in mmr_order(relevance, docs, lam, 3)]
+        if lam == 1.0:
+            assert [h.id for h in run[q.id]] == [h.id for h in hits[:3]]  # lambda 1 keeps BM25's order

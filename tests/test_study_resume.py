@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import optuna
@@ -63,7 +64,8 @@ def test_a_killed_study_resumes_without_losing_or_rerunning_trials(tmp_path: Pat
     first = subprocess.Popen([COMPOSER, "optimize", str(exp_file)], cwd=tmp_path, stdout=log,
                              stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
-    # Kill while a trial runs, after two have completed.
+    # Kill while a trial runs, after two have completed. The trial must have run a moment: Optuna only
+    # fails trials by heartbeat once their first heartbeat is written, just after they start.
     deadline = time.monotonic() + 240
     while True:
         assert first.poll() is None, (tmp_path / "first.log").read_text()
@@ -72,7 +74,9 @@ def test_a_killed_study_resumes_without_losing_or_rerunning_trials(tmp_path: Pat
         if "trials finished" in (tmp_path / "first.log").read_text():
             trials = snapshot(exp.storage_url)
             done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
-            running = [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+            running = [t for t in trials if t.state == optuna.trial.TrialState.RUNNING
+                       and t.datetime_start is not None
+                       and (datetime.now() - t.datetime_start).total_seconds() > 0.5]
             if len(done) >= 2 and running:
                 break
         time.sleep(0.1)

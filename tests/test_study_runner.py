@@ -10,7 +10,7 @@ import optuna
 import pytest
 
 from composer.data.types import Corpus, Document, Hit, Question, QuestionSet, Run
-from composer.generation import ExtractiveAnswerer
+from composer.generation import Answer, answer_questions
 from composer.pipeline.config import PipelineConfig
 from composer.pipeline.pipeline import IndexInfo
 from composer.study.experiment import ObjectiveConfig
@@ -52,6 +52,11 @@ class ScriptedPipeline:
             run[q.id] = [Hit(i, 1.0 - r / 10, CORPUS.get(i).text, i) for r, i in enumerate(ids)]  # type: ignore[union-attr]
         return run, {q.id: {"retrieve": 0.001, "rerank": 0.0} for q in questions}
 
+    def answer(
+        self, questions: Sequence[Question], run: Run, *, max_failures: int | None = None
+    ) -> dict[str, Answer]:
+        return answer_questions(questions, run)  # the offline extractive answerer
+
 
 class ScriptedData(StudyData):
     built: list[ScriptedPipeline]
@@ -66,7 +71,7 @@ def data(dims: dict[str, object] | None = None, batch_size: int = 4) -> Scripted
     dims = dims or {"retrieval.mode": {"choices": ["bm25", "dense"]}, "retrieval.k": {"choices": [3]}}
     d = ScriptedData(corpus=CORPUS, questions=QUESTIONS, space=parse_search_space({"dimensions": dims}),
                      objective=ObjectiveConfig(k=3, metrics={"recall": 1.0, "token_f1": 1.0}),
-                     workdir=Path("unused"), answerer=ExtractiveAnswerer(), batch_size=batch_size)
+                     workdir=Path("unused"), batch_size=batch_size)
     d.built = []
     return d
 
@@ -74,7 +79,7 @@ def data(dims: dict[str, object] | None = None, batch_size: int = 4) -> Scripted
 def test_score_pipeline_reports_a_growing_report_per_batch() -> None:
     pipeline = ScriptedPipeline(PipelineConfig.from_dict({"retrieval": {"mode": "bm25", "k": 3}}), good=True)
     seen: list[tuple[int, int]] = []
-    scored = score_pipeline(pipeline, QUESTIONS, CORPUS, ExtractiveAnswerer(), ks=(1, 3), batch_size=4,
+    scored = score_pipeline(pipeline, QUESTIONS, CORPUS, ks=(1, 3), batch_size=4,
                             on_batch=lambda step, report: seen.append((step, len(report.samples))))
     assert pipeline.calls == [4, 4, 2]
     assert seen == [(0, 4), (1, 8), (2, 10)]

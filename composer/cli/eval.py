@@ -1,15 +1,21 @@
-"""`composer eval`: score a retrieval run against a question set."""
+"""`composer eval`: score a retrieval run, or run a pipeline end to end (answers and LLM judges included)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from composer.cli.options import QDRANT, WORKDIR, qdrant_api_key
 from composer.errors import InputError
 from composer.metrics.matching import MatchMode
+
+if TYPE_CHECKING:
+    from composer.evaluation import EvaluationReport
+    from composer.evaluation.pipeline import Judging
+    from composer.pipeline.config import PipelineConfig
 
 
 def eval_command(
@@ -39,6 +45,31 @@ def eval_command(
         "the texts that answer and context matching read.",
     ),
     strict: bool = typer.Option(False, "--strict", help="Relevant ids missing from the corpus are an error."),
+    llm: str | None = typer.Option(
+        None,
+        "--llm",
+        help="litellm model that answers (e.g. ollama/qwen2.5, openai/gpt-4o-mini; overrides the config's "
+        "generation.model). Without any, answers are extractive.",
+    ),
+    judge: str | None = typer.Option(
+        None, "--judge", help="litellm model that judges the answers (default: the --llm model)."
+    ),
+    llm_base: str | None = typer.Option(
+        None, "--llm-base", help="OpenAI-compatible base URL of the LLM server, e.g. http://127.0.0.1:11434/v1."
+    ),
+    llm_key_env: str | None = typer.Option(
+        None, "--llm-key-env", help="Environment variable holding the API key (never the key itself)."
+    ),
+    llm_timeout: float | None = typer.Option(
+        None, "--llm-timeout", min=0.1, help="Seconds per LLM request (default 60; raise for slow servers)."
+    ),
+    metrics: list[str] = typer.Option(
+        [],
+        "--metrics",
+        help="LLM metrics, repeated or comma-separated: answer_correctness, faithfulness, llm_judge_rating, "
+        "answer_relevancy, context_precision, context_recall (default with an LLM: answer_correctness, "
+        "faithfulness).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout, nothing else."),
     out: Path | None = typer.Option(
         None, "--out", help="Write summary.json, samples.csv, traces.jsonl and error_rates.json here."
@@ -47,9 +78,10 @@ def eval_command(
     qdrant: str | None = QDRANT,
 ) -> None:
     """Score a retrieval run, or a pipeline end to end: hit_rate, recall, precision, MRR and nDCG at every k,
-    with 95% bootstrap CIs."""
+    answers with their deterministic scores and, with an LLM, judged answer_correctness, faithfulness...
+    with 95% bootstrap CIs, tokens, cost and error rates."""
     from composer.data import load_corpus, load_questions, load_run
-    from composer.evaluation import EvaluationReport, evaluate_pipeline, evaluate_run, render_report
+    from composer.evaluation import evaluate_pipeline, evaluate_run, render_report
 
     if (run is None) == (config is None):
         raise InputError(
@@ -57,6 +89,12 @@ def eval_command(
         )
     if config is not None and corpus is None:
         raise InputError("--config needs the corpus to index: add --corpus CORPUS", field="corpus")
+    wanted = [m.strip() for value in metrics for m in value.split(",") if m.strip()]
+    llm_flags = {"--llm": llm, "--judge": judge, "--llm-base": llm_base, "--llm-key-env": llm_key_env,
+                 "--llm-timeout": llm_timeout, "--metrics": wanted or None}
+    if run is not None and any(v is not None for v in llm_flags.values()):
+        given = ", ".join(name for name, v in llm_flags.items() if v is not None)
+        raise InputError(f"{given}: answers need a pipeline: give --config PIPELINE.yaml instead of --run")
     docs = load_corpus(corpus) if corpus is not None else None
     question_set = load_questions(questions, corpus=docs, strict=strict)
     report: EvaluationReport
@@ -64,14 +102,21 @@ def eval_command(
         report = evaluate_run(question_set, load_run(run), ks=k, match=match, corpus=docs)
     else:
         from composer.cli.progress import pipeline_progress
+        from composer.pipeline.config import load_pipeline_config
         from composer.pipeline.pipeline import Pipeline
 
         assert config is not None and docs is not None
+        generation = {"model": llm, "api_base": llm_base, "api_key_env": llm_key_env}
+        overrides = {"generation": {key: v for key, v in generation.items() if v is not None}}
+        pipeline_config = load_pipeline_config(config, overrides)
+        settings = _run_llm(pipeline_config, judge, llm_timeout)
+        judging = _judging(pipeline_config, settings, judge, llm_base, llm_key_env, wanted, workdir)
         with pipeline_progress(enabled=not as_json) as hook:
             pipeline = Pipeline.from_config(
-                config, workdir=workdir, qdrant=qdrant, api_key=qdrant_api_key(), progress=hook
+                pipeline_config, workdir=workdir, qdrant=qdrant, api_key=qdrant_api_key(), progress=hook,
+                llm=settings,
             )
-            report = evaluate_pipeline(pipeline, docs, question_set, ks=k, match=match)
+            report = evaluate_pipeline(pipeline, docs, question_set, ks=k, match=match, judging=judging)
     if out is not None:
         report.save(out)
     if as_json:
@@ -82,5 +127,68 @@ def eval_command(
 
     console = Console()
     console.print(render_report(report))
+    if "llm" in report.meta:
+        console.print(_llm_line(report.meta["llm"]), highlight=False)
     if out is not None:
         console.print(f"report written to {out}")
+
+
+def _run_llm(config: PipelineConfig, judge: str | None, timeout: float | None) -> Any:
+    """The run's LLM settings (the per-request timeout) for whichever model is in play."""
+    from composer.llm import LLMConfig
+
+    model = config.generation.model or judge
+    if model is None or timeout is None:
+        return None
+    return LLMConfig(model=model, timeout=timeout)
+
+
+def _judging(
+    config: PipelineConfig,
+    settings: Any,
+    judge: str | None,
+    llm_base: str | None,
+    llm_key_env: str | None,
+    metrics: list[str],
+    workdir: Path,
+) -> Judging | None:
+    """The judge when one is asked for or an LLM answers; a clear error when judge metrics lack an LLM."""
+    from composer.evaluation.pipeline import make_judging
+    from composer.judges import GENERATION_METRICS, JUDGE_METRICS, JudgeConfig, require_llm
+
+    unknown = [m for m in metrics if m not in GENERATION_METRICS]
+    if unknown:
+        raise InputError(f"unknown metric(s) {unknown}; LLM metrics: {', '.join(JUDGE_METRICS)}",
+                         field="metrics")
+    generator = config.generation.llm_config(settings)
+    require_llm(metrics, generator, judge)
+    judged = [m for m in metrics if m in JUDGE_METRICS]
+    if generator is None and judge is None:
+        return None
+    fields: dict[str, Any] = {"model": judge}
+    if metrics:  # refusal metrics alone need answers, not a judge
+        if not judged:
+            return None
+        fields["metrics"] = judged
+    if generator is None:  # the judge alone: the endpoint flags are its own
+        fields.update(api_base=llm_base, api_key_env=llm_key_env)
+    if settings is not None:
+        fields["timeout"] = settings.timeout
+    return make_judging(JudgeConfig.model_validate(fields), generator, workdir)
+
+
+def _llm_line(section: dict[str, Any]) -> str:
+    usage, rates = section["usage"], section["error_rates"]
+    cost = f"${usage['llm_cost_usd']:.4f}"
+    if usage["llm_unpriced_requests"]:
+        cost += f" (+{usage['llm_unpriced_requests']} unpriced requests)"
+    parts = [
+        f"LLM: answers {section['generator'] or 'extractive'}, judge {section['judge'] or 'none'}",
+        f"{usage['llm_calls']} calls ({usage['llm_cached_calls']} cached, {usage['llm_requests']} requests)",
+        f"{usage['llm_prompt_tokens']:,} prompt + {usage['llm_completion_tokens']:,} completion tokens",
+        cost,
+        f"{rates['failed_samples']} failed samples",
+    ]
+    if section.get("llm_judge_rating"):
+        parts.append(f"rating {section['llm_judge_rating']}")
+    return " · ".join(parts)

@@ -18,6 +18,10 @@ def optimize_command(
     study_name: str | None = typer.Option(
         None, "--study-name", help="Study to create or continue (default: the experiment's name)."
     ),
+    storage: str | None = typer.Option(
+        None, "--storage", help="Optuna storage URL, overriding the experiment's: e.g. a PostgreSQL URL "
+        "shared by several `composer optimize` workers of one study, on one machine or many.",
+    ),
 ) -> None:
     """Search the configuration space; every trial goes to MLflow. Run it again to continue the study."""
     from rich.console import Console
@@ -29,6 +33,8 @@ def optimize_command(
     # MLflow logs its table migrations and trace flushes at INFO; the live view is the progress report.
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     exp = load_experiment(experiment)
+    if storage is not None:
+        exp = exp.model_copy(update={"storage": storage})
     err = Console(stderr=True)
     result = run_study(exp, n_trials=n_trials, study_name=study_name, console=err)
     errors = result.summary["errors"]

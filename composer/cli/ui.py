@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,5 +34,7 @@ def ui_command(
                "--default-artifact-root", str(workdir / "mlartifacts"), "--host", "127.0.0.1",
                "--port", str(port)]
     typer.echo(f"MLflow UI for {uri}: http://127.0.0.1:{port}  (Ctrl-C to stop)")
+    # The MLflow server imports litellm, which fetches a price list over the network unless told not to.
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", **os.environ}
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C reaches mlflow too; it stops cleanly
-        subprocess.run(command, check=False)
+        subprocess.run(command, check=False, env=env)

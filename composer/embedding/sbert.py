@@ -46,7 +46,7 @@ def local_model_digest(directory: Path) -> str:
 
 
 @contextmanager
-def _no_transformers_progress_bars() -> Iterator[None]:
+def quiet_transformers_loading() -> Iterator[None]:
     """Silence the "Loading weights" bar of a local load, which would tear through the CLI's own bars."""
     from transformers.utils import logging as hf_logging
 
@@ -131,7 +131,7 @@ class SentenceTransformerEmbedder(PrefixedEmbedder):
             source = str(self._local) if local else self._name
             revision = None if local else self._hub_commit()
             try:
-                with _no_transformers_progress_bars() if local else nullcontext():
+                with quiet_transformers_loading() if local else nullcontext():
                     self._model = SentenceTransformer(
                         source, device="cpu", revision=revision, local_files_only=local
                     )

@@ -49,6 +49,7 @@ class SampleRecord:
     skipped: dict[str, str] = field(default_factory=dict)
     error: StageError | None = None
     context_tokens: int | None = None
+    reasons: dict[str, str] = field(default_factory=dict)  # why a judge gave its score, per metric
 
     def to_trace(self) -> dict[str, Any]:
         """The JSON-ready trace of this sample (one line of traces.jsonl)."""
@@ -64,6 +65,7 @@ class SampleRecord:
             "skipped": self.skipped,
             "error": None if self.error is None else vars(self.error),
             "context_tokens": self.context_tokens,
+            "reasons": self.reasons,
         }
 
 
@@ -178,7 +180,8 @@ class EvaluationReport:
         return _dumps(self.summary())
 
     def error_rates(self) -> dict[str, Any]:
-        """Counts and rates over all samples: errors by stage and kind, skips by group and reason."""
+        """Counts and rates over all samples: errors by stage and kind, skips by group and reason, and
+        the LLM calls' failures by kind when the run used an LLM (``meta["llm"]["error_rates"]``)."""
         n = len(self.samples)
 
         def rate(count: int) -> dict[str, float | int]:
@@ -194,7 +197,11 @@ class EvaluationReport:
             for stage, kinds in self.error_counts().items()
         }
         n_failed = sum(s.error is not None for s in self.samples)
-        return {"n_samples": n, "failed": rate(n_failed), "errors": errors, "skipped": skipped}
+        out: dict[str, Any] = {"n_samples": n, "failed": rate(n_failed), "errors": errors, "skipped": skipped}
+        llm = self.meta.get("llm")
+        if isinstance(llm, Mapping) and "error_rates" in llm:
+            out["llm"] = llm["error_rates"]
+        return out
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per sample: ids, answer, every metric, latency per stage, skip reasons and error."""

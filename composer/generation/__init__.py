@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from composer.data.types import Hit, Question
+from composer.generation.answering import answer_questions, contexts
 from composer.generation.expansion import (
     EXPANSION_METHODS,
     Expansion,
@@ -17,7 +18,7 @@ from composer.generation.expansion import (
 )
 from composer.generation.extractive import ExtractiveAnswerer
 from composer.generation.generator import Answer, Generator
-from composer.generation.prompts import ANSWER_TEMPLATES, REFUSALS
+from composer.generation.prompts import ANSWER_TEMPLATES, REFUSALS, AnswerTemplate
 from composer.generation.rerank import LLMReranker, RerankMode
 
 
@@ -34,6 +35,7 @@ __all__ = [
     "EXPANSION_METHODS",
     "REFUSALS",
     "Answer",
+    "AnswerTemplate",
     "Answerer",
     "Expansion",
     "ExpansionMethod",
@@ -42,6 +44,8 @@ __all__ = [
     "LLMReranker",
     "QueryExpander",
     "RerankMode",
+    "answer_questions",
+    "contexts",
     "fuse_rankings",
     "rrf_fuse",
 ]

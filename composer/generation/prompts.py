@@ -7,7 +7,12 @@ counted (answer_refusal_rate, refusal_accuracy) instead of graded as wrong answe
 
 from __future__ import annotations
 
+from typing import Literal
+
 from composer.llm.prompt import Localized, PromptLanguage, PromptTemplate
+
+AnswerTemplate = Literal["grounded", "concise"]
+"""The answer templates' names, a type so configs and search spaces reject a misspelled one at load."""
 
 REFUSALS: dict[PromptLanguage, str] = {
     "ar": "لا أعرف: السياق المقدم لا يحتوي على الإجابة.",

@@ -5,10 +5,15 @@ it travels with the collection, so every worker sharing a server reads the BM25 
 flag from the same place, and no reserved point pollutes counts or searches. ``:memory:`` is checked here
 to support sparse vectors with the IDF modifier, prefetch and RRF/DBSF fusion; it scans exhaustively in
 Python, so it suits tests and small corpora, not speed.
+
+Workers sharing a server may start the same new index at once; one's ``create`` then drops the other's
+build. Each build carries a token in the metadata, and ``finish`` marks complete only its own build, so
+such a race fails a trial loudly instead of marking another worker's half-filled collection complete.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +53,7 @@ class ClientBackend:
             self.client: QdrantClient = QdrantClient(location=":memory:")
         else:
             self.client = QdrantClient(url=location, api_key=api_key)
+        self._builds: dict[str, str] = {}  # collection -> token of the build this backend started
 
     def exists(self, name: str) -> bool:
         state = self._state(name)
@@ -58,11 +64,12 @@ class ClientBackend:
 
         self.drop(name)
         vectors = {DENSE: models.VectorParams(size=dim, distance=models.Distance.COSINE)} if dim else {}
+        token = self._builds[name] = uuid.uuid4().hex
         self.client.create_collection(
             name,
             vectors_config=vectors,
             sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
-            metadata={_META_KEY: {"dim": dim, "complete": False, "meta": meta}},
+            metadata={_META_KEY: {"dim": dim, "complete": False, "meta": meta, "build": token}},
         )
 
     def upsert(
@@ -95,7 +102,11 @@ class ClientBackend:
         state = self._state(name)
         if state is None:
             raise ComposerError(f"index {name!r} vanished during its build")
+        if state.get("build") != self._builds.get(name):
+            raise ComposerError(f"index {name!r} was rebuilt by another worker during this build; "
+                                "run again: the finished one is reused")
         self.client.update_collection(name, metadata={_META_KEY: {**state, "complete": True}})
+        self._builds.pop(name, None)
 
     def drop(self, name: str) -> None:
         if self.client.collection_exists(name):

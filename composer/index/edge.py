@@ -3,13 +3,24 @@
 Layout under ``root``: ``<name>/shard/`` (the EdgeShard) and ``<name>/meta.json`` beside it, written
 atomically: ``{"dim", "complete", "meta"}``. ``complete`` turns true only in ``finish``, after every upsert,
 so a crash mid-build leaves an index that ``exists`` refuses and ``create`` rebuilds.
+
+Several processes on one workdir (workers of one study, an eval beside a study): Edge is an embedded,
+single-process engine. A shard's WAL admits one opener, and even a read-only open writes to the shard's
+files, so one process at a time may use ``<name>/``: the one holding the lock ``<name>.lock``. Any other
+process builds its own copy under ``.workers/<host>-<pid>-<token>/<name>/`` from the shared embedding
+cache (an upsert, no re-encoding) and removes it at exit; the copies of a crashed process are swept by
+the next process that needs one. A Qdrant server (``qdrant: http://...``) shares one collection instead.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
+import logging
 import os
+import secrets
 import shutil
+import socket
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +44,7 @@ from composer.index.base import (
     to_hit,
 )
 from composer.index.bm25 import SparseVector
+from composer.locks import FileLock
 
 if TYPE_CHECKING:
     import qdrant_edge
@@ -42,8 +54,15 @@ if TYPE_CHECKING:
 # vectors 3x faster than exact at recall@10 1.0 (on uniform random vectors HNSW recall drops to ~0.4).
 OPTIMIZE_MIN_POINTS = 20_000
 
-# A shard's WAL admits one opener per process: every EdgeBackend shares this registry.
-_OPEN: dict[Path, qdrant_edge.EdgeShard] = {}
+logger = logging.getLogger(__name__)
+
+WORKERS_DIR = ".workers"
+
+# Process-wide registries, shared by every EdgeBackend: a shard admits one opener per process, and a
+# lock is held through one open file. Keys are resolved paths.
+_OPEN: dict[Path, qdrant_edge.EdgeShard] = {}  # shard directory -> the open shard
+_OWNED: dict[Path, FileLock] = {}  # shared collection directory -> this process's lock on it
+_WORKERS: dict[Path, tuple[Path, FileLock]] = {}  # root -> this process's private root and its lock
 
 
 class EdgeBackend:
@@ -61,7 +80,11 @@ class EdgeBackend:
         import qdrant_edge as qe
 
         self.drop(name)
-        self._dir(name).mkdir(parents=True)
+        home = self._home(name)
+        if home != self._dir(name):
+            logger.info("index %s is in use by another process: building a copy for this one at %s",
+                        name, home)
+        home.mkdir(parents=True)
         self._write_state(name, {"dim": dim, "complete": False, "meta": meta})
         vectors = {DENSE: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)} if dim else None
         config = qe.EdgeConfig(
@@ -108,7 +131,7 @@ class EdgeBackend:
         shard = _OPEN.pop(self._shard_path(name), None)
         if shard is not None:
             shard.close()
-        shutil.rmtree(self._dir(name), ignore_errors=True)
+        shutil.rmtree(self._home(name), ignore_errors=True)
 
     def count(self, name: str) -> int:
         import qdrant_edge as qe
@@ -178,9 +201,13 @@ class EdgeBackend:
         return self._run(name, requests)
 
     def close(self) -> None:
-        """Release every shard under ``root`` (other processes may open them afterwards)."""
-        for path in [p for p in _OPEN if p.parent.parent == self.root]:
+        """Release every shard and lock under ``root`` (other processes may open them afterwards) and
+        remove this process's private copies."""
+        for path in [p for p in _OPEN if self.root in p.parents]:
             _OPEN.pop(path).close()
+        for folder in [d for d in _OWNED if d.parent == self.root]:
+            _OWNED.pop(folder).release()
+        _remove_worker_root(self.root)
 
     # -- internals ------------------------------------------------------------------------------------
 
@@ -215,21 +242,37 @@ class EdgeBackend:
             raise ValueError(f"index {name!r} is BM25-only: it has no dense vectors")
 
     def _dir(self, name: str) -> Path:
-        if not name or name in (".", "..") or os.sep in name or "/" in name:
+        """The shared directory of collection ``name``."""
+        if not name or name.startswith(".") or os.sep in name or "/" in name:
             raise ValueError(f"invalid index name {name!r}")
         return self.root / name
 
+    def _home(self, name: str) -> Path:
+        """The directory this process uses for ``name``: the shared one while this process holds its
+        lock (taken here when free), else this process's private copy."""
+        shared = self._dir(name)
+        if shared in _OWNED:
+            return shared
+        worker = _WORKERS.get(self.root)
+        if worker is not None and (worker[0] / name).is_dir():
+            return worker[0] / name
+        lock = FileLock(self.root / f"{name}.lock")
+        if lock.acquire(blocking=False):
+            _OWNED[shared] = lock
+            return shared
+        return _worker_root(self.root) / name
+
     def _shard_path(self, name: str) -> Path:
-        return self._dir(name) / "shard"
+        return self._home(name) / "shard"
 
     def _state(self, name: str) -> dict[str, Any] | None:
         try:
-            return dict(json.loads((self._dir(name) / "meta.json").read_text(encoding="utf-8")))
+            return dict(json.loads((self._home(name) / "meta.json").read_text(encoding="utf-8")))
         except FileNotFoundError:
             return None
 
     def _write_state(self, name: str, state: dict[str, Any]) -> None:
-        target = self._dir(name) / "meta.json"
+        target = self._home(name) / "meta.json"
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".meta-", suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -240,6 +283,47 @@ class EdgeBackend:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+def _worker_root(root: Path) -> Path:
+    """This process's private root under ``root``, created (and stale ones swept) on first use."""
+    found = _WORKERS.get(root)
+    if found is None:
+        base = root / WORKERS_DIR
+        base.mkdir(parents=True, exist_ok=True)
+        _sweep_worker_roots(base)
+        ident = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+        lock = FileLock.create_held(base / f"{ident}.lock")
+        (base / ident).mkdir()
+        found = _WORKERS[root] = (base / ident, lock)
+        atexit.register(_remove_worker_root, root)
+    return found[0]
+
+
+def _remove_worker_root(root: Path) -> None:
+    """Close and delete this process's private copies under ``root``, then free their lock."""
+    found = _WORKERS.pop(root, None)
+    if found is None:
+        return
+    folder, lock = found
+    for path in [p for p in _OPEN if folder in p.parents]:
+        _OPEN.pop(path).close()
+    shutil.rmtree(folder, ignore_errors=True)
+    lock.path.unlink(missing_ok=True)
+    lock.release()
+
+
+def _sweep_worker_roots(base: Path) -> None:
+    """Delete the private roots of processes that died: a lock nobody holds marks one."""
+    for path in base.glob("*.lock"):
+        lock = FileLock(path)
+        if not lock.acquire(blocking=False):
+            continue
+        try:
+            shutil.rmtree(base / path.stem, ignore_errors=True)
+            path.unlink(missing_ok=True)
+        finally:
+            lock.release()
 
 
 def _sparse(vec: SparseVector) -> Any:

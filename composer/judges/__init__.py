@@ -2,6 +2,7 @@
 refusal metrics, and ``answer_and_judge``: the LLM half of a trial."""
 
 from composer.judges.base import EmbedFn, JudgeError, LLMJudge, Verdict
+from composer.judges.config import JudgeConfig
 from composer.judges.context import ContextPrecisionJudge, ContextRecallJudge, average_precision
 from composer.judges.correctness import AnswerCorrectnessJudge, CorrectnessWeights, statement_f1
 from composer.judges.evaluate import (
@@ -39,6 +40,7 @@ __all__ = [
     "EmbedFn",
     "FailureBudgetExceeded",
     "FaithfulnessJudge",
+    "JudgeConfig",
     "JudgeError",
     "JudgeSettings",
     "LLMJudge",

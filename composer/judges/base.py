@@ -7,7 +7,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -56,7 +56,7 @@ class LLMJudge(ABC):
     mixes it into every judged score: (1 - blend) * judge + blend * deterministic.
     """
 
-    name: ClassVar[str]
+    name: str
 
     def __init__(
         self, client: LLMClient, *, fallback: AnswerScorer | None = None, blend: float = 0.0

@@ -26,7 +26,7 @@ from composer.judges.correctness import AnswerCorrectnessJudge, CorrectnessWeigh
 from composer.judges.faithfulness import FaithfulnessJudge
 from composer.judges.rating import RatingJudge, rating_out_of_5
 from composer.judges.relevancy import AnswerRelevancyJudge
-from composer.llm.client import LLMClient
+from composer.llm.client import LLMClient, Result
 from composer.llm.config import LLMConfig, judge_config
 from composer.llm.prompt import prompt_language
 from composer.llm.sync import run_sync
@@ -77,7 +77,7 @@ class JudgeSettings(BaseModel):
 
 @dataclass
 class SampleResult:
-    """One question's answer, metric values (None = not scored), reasons and failures."""
+    """One question's answer, metric values (None = not scored), reasons, failures and judge details."""
 
     question_id: str
     answer: str | None
@@ -87,6 +87,7 @@ class SampleResult:
     reasons: dict[str, str] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     details: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    generation: Result | None = None  # the answer call: tokens, latency, cached (for traces)
 
     @property
     def failed(self) -> bool:
@@ -262,6 +263,7 @@ async def aanswer_and_judge(
             result.answer = answers[q.id]
         elif generator is not None:
             generated = await generator.agenerate(q.question, contexts)
+            result.generation = generated.result
             if generated.failed:
                 outcome = generated.result
                 kind = outcome.error_kind if outcome is not None else "other"

@@ -220,14 +220,15 @@ class LLMClient:
         return ceiling / 2 + random.uniform(0, ceiling / 2)
 
     async def _wait_cooldown(self) -> None:
-        pause = self._cooldown_until - time.monotonic()
-        if pause > 0:
+        """Sleep out the pause; a 429 that arrives meanwhile may extend it, so look again on waking."""
+        while (pause := self._cooldown_until - time.monotonic()) > 0:
             await asyncio.sleep(pause)
 
     def _cost(self, response: Any, prompt_tokens: int, completion_tokens: int) -> float | None:
         """The configured price, else the cost litellm computed from its price table; None if unknown."""
-        if self.config.price is not None:
-            return self.config.price.cost(prompt_tokens, completion_tokens)
+        price = self.config.token_price()
+        if price is not None:
+            return price.cost(prompt_tokens, completion_tokens)
         hidden = getattr(response, "_hidden_params", None) or {}
         cost = hidden.get("response_cost") if hasattr(hidden, "get") else None
         return float(cost) if cost is not None else None

@@ -53,6 +53,11 @@ class LLMConfig(BaseModel):
     backoff_max: float = Field(default=30.0, ge=0)
     cache: bool = True
     price: TokenPrice | None = None
+    prices: dict[str, TokenPrice] = Field(
+        default_factory=dict,
+        description="price by model name, for studies that sample several self-hosted models; "
+        "``price`` wins for this config's own model",
+    )
     params: dict[str, Any] = Field(
         default_factory=dict, description="extra litellm parameters (top_p, seed, ...)"
     )
@@ -60,10 +65,7 @@ class LLMConfig(BaseModel):
     @field_validator("api_key_env")
     @classmethod
     def _env_name(cls, value: str | None) -> str | None:
-        if value is not None and not _ENV_NAME.match(value):
-            # Do not echo the value: it may well be the key pasted into the wrong field.
-            raise ValueError("must name an environment variable (e.g. OPENAI_API_KEY), not hold the key")
-        return value
+        return check_env_name(value)
 
     @field_validator("params")
     @classmethod
@@ -82,6 +84,10 @@ class LLMConfig(BaseModel):
             raise ConfigError(f"environment variable {self.api_key_env} is not set", field="api_key_env")
         return key
 
+    def token_price(self) -> TokenPrice | None:
+        """The price this model's tokens are charged at, if configured (else litellm's tables decide)."""
+        return self.price or self.prices.get(self.model)
+
     def call_params(self) -> dict[str, Any]:
         """The sampling parameters that shape a reply, and so belong in its cache key."""
         params: dict[str, Any] = {"temperature": self.temperature}
@@ -89,6 +95,14 @@ class LLMConfig(BaseModel):
             params["max_tokens"] = self.max_tokens
         params.update(self.params)
         return params
+
+
+def check_env_name(value: str | None) -> str | None:
+    """Validate a field that names an environment variable holding a key (``api_key_env``)."""
+    if value is not None and not _ENV_NAME.match(value):
+        # Do not echo the value: it may well be the key pasted into the wrong field.
+        raise ValueError("must name an environment variable (e.g. OPENAI_API_KEY), not hold the key")
+    return value
 
 
 def judge_config(llm: LLMConfig | None, judge: LLMConfig | str | None = None) -> LLMConfig | None:
@@ -101,12 +115,19 @@ def judge_config(llm: LLMConfig | None, judge: LLMConfig | str | None = None) ->
         return judge.model_copy(update={"temperature": 0.0})
     if llm is None:
         return LLMConfig(model=judge, temperature=0.0) if judge else None
-    update: dict[str, Any] = {"temperature": 0.0}
-    if judge and judge != llm.model:
-        update["model"] = judge
-        if _provider(judge) != _provider(llm.model):
-            update.update(api_base=None, api_key_env=None, price=None, params={})
-    return llm.model_copy(update=update)
+    return derive_config(llm, judge or llm.model, temperature=0.0)
+
+
+def derive_config(base: LLMConfig, model: str, **update: Any) -> LLMConfig:
+    """Settings for ``model`` on top of ``base``: operational settings (timeout, concurrency, retries,
+    cache, price map) carry over; the endpoint, key variable and params only within one litellm provider;
+    ``base.price`` only for the same model. ``update`` sets fields explicitly (validated)."""
+    data = base.model_dump()
+    if model != base.model:
+        data.update(model=model, price=None)
+        if _provider(model) != _provider(base.model):
+            data.update(api_base=None, api_key_env=None, params={})
+    return type(base).model_validate({**data, **update})
 
 
 def _provider(model: str) -> str:

@@ -9,6 +9,7 @@ import re
 import threading
 import time
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 from composer.llm.usage import FailureKind
 
@@ -108,11 +109,11 @@ _SECRETS_LOCK = threading.Lock()
 
 
 def register_secret(value: str | None) -> None:
-    """Remember a key so that ``scrub`` and the log filter remove it wherever it would appear."""
+    """Remember a key so that ``scrub`` and every log record remove it wherever it would appear."""
     if value and len(value) >= 4:
         with _SECRETS_LOCK:
             _SECRETS.add(value)
-        _install_log_filter()
+        _install_log_scrubbing()
 
 
 def scrub(text: str) -> str:
@@ -124,23 +125,42 @@ def scrub(text: str) -> str:
     return _KEY_SHAPES.sub("***", text)
 
 
-class _ScrubFilter(logging.Filter):
-    """Rewrites records of litellm's and the HTTP stack's loggers so no key reaches a handler."""
+_scrubbing_installed = False
+_EXCEPTION_FORMATTER = logging.Formatter()
 
-    def filter(self, record: logging.LogRecord) -> bool:
+
+def _install_log_scrubbing() -> None:
+    """Scrub each log record as it is created, whatever logger made it and whichever handler gets it.
+
+    Filters on named loggers miss their children (``openai._base_client``, ``httpcore.http11``) and run
+    after filters other libraries added first (litellm's turns a key into REDACTED); the record factory
+    runs before any filter or handler, in every logger of the process.
+    """
+    global _scrubbing_installed
+    with _SECRETS_LOCK:
+        if _scrubbing_installed:
+            return
+        make_record = logging.getLogRecordFactory()
+
+        def scrubbed_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            return _scrub_record(make_record(*args, **kwargs))
+
+        logging.setLogRecordFactory(scrubbed_record)
+        _scrubbing_installed = True
+
+
+def _scrub_record(record: logging.LogRecord) -> logging.LogRecord:
+    """The record with its message, and the traceback it carries, free of keys."""
+    try:
         message = record.getMessage()
-        clean = scrub(message)
-        if clean != message:
-            record.msg, record.args = clean, None
-        return True
-
-
-_FILTER = _ScrubFilter()
-_LOGGERS = ("LiteLLM", "LiteLLM Proxy", "LiteLLM Router", "litellm", "httpx", "httpcore", "openai", "aiohttp")
-
-
-def _install_log_filter() -> None:
-    for name in _LOGGERS:
-        logger = logging.getLogger(name)
-        if _FILTER not in logger.filters:
-            logger.addFilter(_FILTER)
+    except Exception:
+        return record  # a malformed logging call: a handler reports it when it formats the record
+    clean = scrub(message)
+    if clean != message:
+        record.msg, record.args = clean, None
+    if record.exc_info and record.exc_info[1] is not None:
+        trace = _EXCEPTION_FORMATTER.formatException(record.exc_info)
+        clean = scrub(trace)
+        if clean != trace:
+            record.exc_text = clean  # formatters print exc_text instead of formatting exc_info again
+    return record

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -11,6 +12,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from composer.errors import ConfigError
+from composer.generation.prompts import AnswerTemplate
+from composer.llm.config import LLMConfig, check_env_name, derive_config
 
 
 class _Strict(BaseModel):
@@ -61,7 +64,8 @@ class EmbeddingConfig(_Strict):
 class RetrievalConfig(_Strict):
     mode: Literal["dense", "bm25", "hybrid"] = "hybrid"
     k: int = Field(default=5, ge=1, le=1000)
-    fusion: Literal["rrf", "dbsf"] = "rrf"
+    # DBSF beats RRF on ARCD at every prefetch (hit@5 0.880 vs 0.842, benchmarks/README.md).
+    fusion: Literal["rrf", "dbsf"] = "dbsf"
     prefetch: int = Field(
         default=50, ge=1, le=10000, description="Candidates per branch before fusion or rerank."
     )
@@ -70,10 +74,18 @@ class RetrievalConfig(_Strict):
 
 
 class RerankConfig(_Strict):
-    method: Literal["none", "cross-encoder", "mmr"] = "none"
-    model: str | None = Field(default=None, validate_default=True)
+    method: Literal["none", "cross-encoder", "mmr", "llm"] = "none"
+    model: str | None = Field(
+        default=None,
+        validate_default=True,
+        description="Cross-encoder name or path; for 'llm' a litellm model (default generation.model).",
+    )
     mmr_lambda: float = Field(default=0.7, ge=0.0, le=1.0, alias="lambda")
     batch_size: int = Field(default=32, ge=1)
+    mode: Literal["listwise", "pointwise"] = Field(
+        default="listwise", description="'llm' only: one ranking call per question, or a grade per passage."
+    )
+    top_n: int = Field(default=10, ge=1, le=100, description="'llm' only: hits the LLM reorders.")
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -85,11 +97,72 @@ class RerankConfig(_Strict):
         return model
 
 
+class QueryExpansionConfig(_Strict):
+    """LLM query expansion before search; results of the expanded queries are fused by RRF.
+
+    ``multi_query`` searches the question and ``n`` paraphrases. ``hyde`` embeds a hypothetical answer
+    passage for the dense branch (averaged with the question's vector, as in the HyDE paper) while BM25
+    keeps the question's words: a hallucinated passage would add exact-match noise, so BM25-only
+    pipelines make no HyDE call at all. Expansion runs at temperature 0, so every trial that shares a
+    question shares its (cached) expansion.
+    """
+
+    method: Literal["none", "multi_query", "hyde"] = "none"
+    n: int = Field(default=3, ge=1, le=10, description="Paraphrases per question (multi_query).")
+
+
+class GenerationConfig(_Strict):
+    """Who answers: ``model`` None is the offline extractive answerer, else a litellm chat model.
+
+    Only what shapes an answer and where to reach the model live here (and so in an exported config);
+    how to call it (timeout, concurrency, retries, prices) is a property of the run: the experiment's
+    ``llm:`` block, merged in by ``llm_config``. The key itself never appears: ``api_key_env`` names the
+    environment variable that holds it.
+    """
+
+    model: str | None = Field(default=None, description="litellm model, e.g. ollama/qwen2.5, openai/gpt-4o")
+    template: AnswerTemplate = "grounded"
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_contexts: int = Field(default=5, ge=1, le=50, description="Top hits the LLM answers from.")
+    api_base: str | None = None
+    api_key_env: str | None = None
+
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        return check_env_name(value)
+
+    def llm_config(self, run: LLMConfig | None = None) -> LLMConfig | None:
+        """The generator's LLMConfig: this model and endpoint on the run's operational settings."""
+        if self.model is None:
+            return None
+        explicit = {k: v for k in ("api_base", "api_key_env") if (v := getattr(self, k)) is not None}
+        base = run if run is not None else LLMConfig(model=self.model)
+        return derive_config(base, self.model, temperature=self.temperature, **explicit)
+
+
 class PipelineConfig(_Strict):
     chunking: ChunkingConfig = ChunkingConfig()
     embedding: EmbeddingConfig = EmbeddingConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
     rerank: RerankConfig = RerankConfig()
+    query_expansion: QueryExpansionConfig = QueryExpansionConfig()
+    generation: GenerationConfig = Field(default=GenerationConfig(), validate_default=True)
+
+    # The last section checks the LLM-backed choices before it, so the error names where a model goes.
+    @field_validator("generation")
+    @classmethod
+    def _llm_when_needed(cls, generation: GenerationConfig, info: ValidationInfo) -> GenerationConfig:
+        if generation.model is not None:
+            return generation
+        expansion, rerank = info.data.get("query_expansion"), info.data.get("rerank")
+        if expansion is not None and expansion.method != "none":
+            raise ValueError(f"query_expansion '{expansion.method}' needs an LLM: set generation.model")
+        if rerank is not None and rerank.method == "llm" and rerank.model is None:
+            raise ValueError("rerank 'llm' needs an LLM: set generation.model or rerank.model")
+        return generation
 
     @property
     def needs_dense_index(self) -> bool:
@@ -97,7 +170,8 @@ class PipelineConfig(_Strict):
         return self.retrieval.mode != "bm25"
 
     def index_settings(self) -> dict[str, Any]:
-        """Settings that shape the index; everything else is query time and free to vary."""
+        """Settings that shape the index; everything else (retrieval, rerank, query expansion and
+        generation) is query time and free to vary over one index."""
         settings: dict[str, Any] = {"chunking": self.chunking.model_dump(), "bm25_stem": self.retrieval.stem}
         if self.needs_dense_index:
             query_time = {"batch_size", "query_prefix", "api_base"}
@@ -135,8 +209,14 @@ class PipelineConfig(_Strict):
             raise ConfigError(msg, path=source, field=key) from None
 
 
-def load_pipeline_config(path: str | Path) -> PipelineConfig:
-    """Read a pipeline YAML; a file holding ``pipeline:`` (as ``composer export`` writes) works too."""
+def load_pipeline_config(
+    path: str | Path, overrides: Mapping[str, Mapping[str, Any]] | None = None
+) -> PipelineConfig:
+    """Read a pipeline YAML; a file holding ``pipeline:`` (as ``composer export`` writes) works too.
+
+    ``overrides`` (section -> settings, e.g. ``{"generation": {"model": ...}}`` from ``--llm``) apply
+    before validation, so a file that needs them (query expansion without a model) still loads.
+    """
     p = Path(path)
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
@@ -153,4 +233,7 @@ def load_pipeline_config(path: str | Path) -> PipelineConfig:
         raise ConfigError("expected a mapping of pipeline settings", path=p)
     if "pipeline" in data and isinstance(data["pipeline"], dict):
         data = data["pipeline"]
+    for section, values in (overrides or {}).items():
+        current = data.get(section)
+        data[section] = {**(current if isinstance(current, dict) else {}), **values}
     return PipelineConfig.from_dict(data, source=str(p))

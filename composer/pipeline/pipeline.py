@@ -1,4 +1,5 @@
-"""A configured retrieval pipeline: corpus -> chunks -> cached embeddings -> Qdrant index -> ranked chunks."""
+"""A configured RAG pipeline: corpus -> chunks -> cached embeddings -> Qdrant index; then per question
+[query expansion] -> search -> [rerank] -> ranked chunks -> answer."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from composer.chunking import Chunk, chunk_corpus
 from composer.data.types import Corpus, Hit, Question, Run
 from composer.embedding import CachedEmbedder, EmbeddingCache, make_embedder
 from composer.errors import ComposerError
+from composer.generation import Answer, Expansion, Generator, QueryExpander, answer_questions, fuse_rankings
 from composer.index import Bm25Encoder, VectorIndex, open_index
+from composer.llm import LLMClient, LLMConfig, judge_config
 from composer.pipeline.config import PipelineConfig, load_pipeline_config
 from composer.retrieval import Reranker, make_reranker
 
@@ -28,6 +33,16 @@ ProgressHook = Callable[[str, int, int], None]
 # One backend per (location, root): a ":memory:" collection lives only as long as its client, so every
 # pipeline of a process (every trial of a study) must share it to reuse what an earlier one built.
 _BACKENDS: dict[tuple[str | None, str], VectorIndex] = {}
+# One LLM client per (settings, cache): trials share its HTTP sessions, concurrency bound and counters.
+_CLIENTS: dict[tuple[str, str], LLMClient] = {}
+
+
+def shared_client(config: LLMConfig, cache_dir: Path) -> LLMClient:
+    """The process's client for these settings and this reply cache."""
+    slot = (config.model_dump_json(), str(cache_dir.resolve()))
+    if slot not in _CLIENTS:
+        _CLIENTS[slot] = LLMClient(config, cache_dir=cache_dir)
+    return _CLIENTS[slot]
 
 
 @dataclass(frozen=True)
@@ -42,7 +57,11 @@ class IndexInfo:
 
 
 class Pipeline:
-    """Index a corpus once per index key, then retrieve (and rerank) for any number of questions."""
+    """Index a corpus once per index key, then retrieve (expand, search, rerank) and answer questions.
+
+    ``llm`` holds the run's LLM settings (timeout, concurrency, retries, cache, prices); the config names
+    the models. LLM replies are cached under ``<workdir>/cache/llm``.
+    """
 
     def __init__(
         self,
@@ -51,14 +70,18 @@ class Pipeline:
         workdir: Path = DEFAULT_WORKDIR,
         backend: VectorIndex,
         progress: ProgressHook | None = None,
+        llm: LLMConfig | None = None,
     ) -> None:
         self.config = config
         self.workdir = Path(workdir)
         self.backend = backend
         self.progress = progress
+        self.llm = llm
         self._cache = EmbeddingCache(self.workdir / "cache" / "embeddings")
         self._embedder: CachedEmbedder | None = None
         self._reranker: Reranker | None = None
+        self._expander: QueryExpander | None = None
+        self._generator: Generator | None = None
         self._key: str | None = None
         self._bm25: Bm25Encoder | None = None
         self._chunks: list[Chunk] = []
@@ -72,6 +95,7 @@ class Pipeline:
         qdrant: str | None = None,
         api_key: str | None = None,
         progress: ProgressHook | None = None,
+        llm: LLMConfig | None = None,
     ) -> Pipeline:
         """``config`` is a PipelineConfig, a dict of it, or a YAML path; ``qdrant`` None means Qdrant Edge."""
         if isinstance(config, (str, Path)):
@@ -82,7 +106,7 @@ class Pipeline:
         slot = (qdrant, str(workdir.resolve()))
         if slot not in _BACKENDS:
             _BACKENDS[slot] = open_index(qdrant, workdir, api_key=api_key)
-        return cls(config, workdir=workdir, backend=_BACKENDS[slot], progress=progress)
+        return cls(config, workdir=workdir, backend=_BACKENDS[slot], progress=progress, llm=llm)
 
     @property
     def embedder(self) -> CachedEmbedder:
@@ -167,7 +191,8 @@ class Pipeline:
         return self.retrieve_timed(questions)[0]
 
     def retrieve_timed(self, questions: Iterable[Question]) -> tuple[Run, dict[str, dict[str, float]]]:
-        """The run and, per question, seconds per stage ("retrieve", "rerank"), amortized over each batch.
+        """The run and, per question, seconds per stage ("expand" when on, "retrieve", "rerank"),
+        amortized over each batch.
 
         ``questions`` may be a QuestionSet, a list or any iterable of questions.
         """
@@ -179,16 +204,93 @@ class Pipeline:
             block = items[lo : lo + QUERY_BLOCK]
             texts = [q.question for q in block]
             t0 = time.perf_counter()
-            candidates = self._first_stage(texts)
+            expansions = self._expand(texts)
             t1 = time.perf_counter()
-            hits = self.reranker.rerank(texts, candidates, self.config.retrieval.k)
+            candidates = self._first_stage(texts) if expansions is None else self._expanded(expansions)
             t2 = time.perf_counter()
+            hits = self.reranker.rerank(texts, candidates, self.config.retrieval.k)
+            t3 = time.perf_counter()
             n = max(len(block), 1)
             for q, ranked in zip(block, hits, strict=True):
                 run[q.id] = ranked
-                latency[q.id] = {"retrieve": (t1 - t0) / n, "rerank": (t2 - t1) / n}
+                latency[q.id] = {"retrieve": (t2 - t1) / n, "rerank": (t3 - t2) / n}
+                if expansions is not None:
+                    latency[q.id]["expand"] = (t1 - t0) / n
             self._report("query", min(lo + QUERY_BLOCK, total), total)
         return run, latency
+
+    def answer(
+        self, questions: Iterable[Question], run: Run, *, max_failures: int | None = None
+    ) -> dict[str, Answer]:
+        """Question id -> Answer from the question's hits in ``run``: the LLM generator when
+        ``generation.model`` is set, else the offline extractive answerer. A failed generation is an
+        Answer with ``text`` None and the failure in ``result``, never an exception; past
+        ``max_failures`` failed answers the remaining calls are cancelled (see ``answer_questions``)."""
+        return answer_questions(list(questions), run, self.generator, max_failures=max_failures)
+
+    @property
+    def generator_llm(self) -> LLMConfig | None:
+        """The generator's settings (None: extractive answers)."""
+        return self.config.generation.llm_config(self.llm)
+
+    @property
+    def generator(self) -> Generator | None:
+        if self._generator is None and (cfg := self.generator_llm) is not None:
+            gen = self.config.generation
+            self._generator = Generator(self._client(cfg), gen.template, max_contexts=gen.max_contexts)
+        return self._generator
+
+    def _client(self, config: LLMConfig) -> LLMClient:
+        return shared_client(config, self.workdir / "cache" / "llm")
+
+    def _helper_llm(self, model: str | None = None) -> LLMClient:
+        """The client for query expansion and LLM reranking: ``model`` (default the generator's) at
+        temperature 0, so every trial asking the same shares the cached reply whatever its answer
+        temperature."""
+        base = self.generator_llm or self.llm
+        config = judge_config(base, model)
+        if config is None:
+            raise ComposerError("query expansion and LLM reranking need an LLM: set generation.model")
+        return self._client(config)
+
+    @property
+    def expander(self) -> QueryExpander | None:
+        """None unless expansion is configured and applies (HyDE never touches BM25-only search)."""
+        qe = self.config.query_expansion
+        if qe.method == "none" or (qe.method == "hyde" and self.config.retrieval.mode == "bm25"):
+            return None
+        if self._expander is None:
+            self._expander = QueryExpander(self._helper_llm(), qe.method, qe.n)
+        return self._expander
+
+    def _expand(self, texts: list[str]) -> list[Expansion] | None:
+        expander = self.expander
+        return None if expander is None else expander.expand_many(texts)
+
+    def _expanded(self, expansions: list[Expansion]) -> list[list[Hit]]:
+        """First-stage hits for expanded questions: multi-query searches every query and fuses the lists
+        by RRF; HyDE searches the dense branch with the mean of the question's vector and its
+        hypothetical passage's (the BM25 branch keeps the question)."""
+        if self.config.query_expansion.method == "multi_query":
+            flat = [q for e in expansions for q in e.queries]
+            lists = self._first_stage(flat)
+            out: list[list[Hit]] = []
+            start = 0
+            for e in expansions:
+                end = start + len(e.queries)
+                out.append(fuse_rankings(lists[start:end], k=self.config.retrieval.rrf_k, limit=self._depth))
+                start = end
+            return out
+        texts = [e.question for e in expansions]
+        vectors = np.array(self.embedder.encode_queries(texts), dtype=np.float32)  # a writable copy
+        passages = [p for e in expansions for p in e.passages]
+        if passages:
+            encoded = iter(self.embedder.encode_passages(passages))
+            for i, e in enumerate(expansions):
+                if e.passages:
+                    mean = np.mean([vectors[i], *(next(encoded) for _ in e.passages)], axis=0)
+                    vectors[i] = mean / (np.linalg.norm(mean) or 1.0)
+        return self._first_stage(texts, vectors)
 
     def search(self, query: str) -> list[Hit]:
         """Ranked chunks for one query string."""
@@ -199,20 +301,29 @@ class Pipeline:
         if self._reranker is None:
             cfg = self.config.rerank
             embedder = self.embedder if cfg.method == "mmr" else None
+            llm = self._helper_llm(cfg.model) if cfg.method == "llm" else None
             self._reranker = make_reranker(
-                cfg, cache=EmbeddingCache(self.workdir / "cache" / "rerank"), embedder=embedder
+                cfg, cache=EmbeddingCache(self.workdir / "cache" / "rerank"), embedder=embedder, llm=llm
             )
         return self._reranker
 
-    def _first_stage(self, texts: list[str]) -> list[list[Hit]]:
+    @property
+    def _depth(self) -> int:
+        """Hits per first-stage search: k, or the prefetch a reranker chooses from."""
         r = self.config.retrieval
-        depth = r.k if self.config.rerank.method == "none" else max(r.k, r.prefetch)
+        return r.k if self.config.rerank.method == "none" else max(r.k, r.prefetch)
+
+    def _first_stage(self, texts: list[str], dense: np.ndarray | None = None) -> list[list[Hit]]:
+        """Search the index for ``texts``; ``dense`` replaces their query vectors (HyDE)."""
+        r = self.config.retrieval
+        depth = self._depth
         key = self.key
         if self._bm25 is None:
             raise ComposerError("index a corpus first: pipeline.index(corpus)")
         if r.mode == "bm25":
             return self.backend.search_bm25(key, self._bm25.encode_queries(texts), depth)
-        dense = self.embedder.encode_queries(texts)
+        if dense is None:
+            dense = self.embedder.encode_queries(texts)
         if r.mode == "dense":
             return self.backend.search_dense(key, dense, depth)
         sparse = self._bm25.encode_queries(texts)

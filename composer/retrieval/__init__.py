@@ -2,6 +2,7 @@
 
 from composer.retrieval.rerank import (
     CrossEncoderReranker,
+    LLMRerank,
     MmrReranker,
     NoReranker,
     Reranker,
@@ -9,4 +10,12 @@ from composer.retrieval.rerank import (
     mmr_order,
 )
 
-__all__ = ["CrossEncoderReranker", "MmrReranker", "NoReranker", "Reranker", "make_reranker", "mmr_order"]
+__all__ = [
+    "CrossEncoderReranker",
+    "LLMRerank",
+    "MmrReranker",
+    "NoReranker",
+    "Reranker",
+    "make_reranker",
+    "mmr_order",
+]

@@ -7,15 +7,19 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from composer.data.types import Hit
 from composer.embedding import CachedEmbedder, EmbeddingCache, cache_key
-from composer.embedding.sbert import _no_transformers_progress_bars, hub_commit, local_model_digest
+from composer.embedding.sbert import hub_commit, local_model_digest, quiet_transformers_loading
 from composer.errors import ComposerError
 from composer.pipeline.config import RerankConfig
+
+if TYPE_CHECKING:
+    from composer.generation.rerank import LLMReranker
+    from composer.llm.client import LLMClient
 
 
 class Reranker(Protocol):
@@ -71,7 +75,7 @@ class CrossEncoderReranker:
             quiet: AbstractContextManager[None]
             if self._local is not None:
                 # ST 6 wants a str path; a local load's "Loading weights" bar would tear through the CLI's.
-                source, revision, quiet = str(self._local), None, _no_transformers_progress_bars()
+                source, revision, quiet = str(self._local), None, quiet_transformers_loading()
             else:  # loaded at the very commit the identity names
                 source, revision, quiet = self._name, self._hub_commit(), nullcontext()
             try:
@@ -107,10 +111,12 @@ class CrossEncoderReranker:
 
 
 class MmrReranker:
-    """Maximal marginal relevance over the dense embeddings: relevance minus redundancy with the chosen.
+    """Maximal marginal relevance: the first stage's relevance minus redundancy with the chunks chosen.
 
-    ``lam`` = 1 keeps the similarity order; lower values trade relevance for diversity, which helps when
-    overlapping chunks of one paragraph would otherwise fill the top k.
+    Relevance is the retriever's own score, min-max scaled per query, so MMR diversifies BM25 and hybrid
+    rankings instead of replacing them with dense similarity; redundancy is the cosine between chunk
+    embeddings. ``lam`` = 1 keeps the retriever's order; lower values trade relevance for diversity,
+    which helps when overlapping chunks of one paragraph would otherwise fill the top k.
     """
 
     def __init__(self, embedder: CachedEmbedder, lam: float) -> None:
@@ -118,20 +124,25 @@ class MmrReranker:
         self._lam = lam
 
     def rerank(self, queries: Sequence[str], candidates: Sequence[list[Hit]], k: int) -> list[list[Hit]]:
-        query_vecs = self._embedder.encode_queries(list(queries))
         out: list[list[Hit]] = []
-        for qv, hits in zip(query_vecs, candidates, strict=True):
+        for hits in candidates:
             if not hits:
                 out.append([])
                 continue
             docs = self._embedder.encode_passages([h.text or "" for h in hits])
-            out.append([hits[i] for i in mmr_order(qv, docs, self._lam, k)])
+            relevance = _min_max([h.score for h in hits])
+            out.append([hits[i] for i in mmr_order(relevance, docs, self._lam, k)])
         return out
 
 
-def mmr_order(query: np.ndarray, docs: np.ndarray, lam: float, k: int) -> list[int]:
-    """Indices of ``docs`` in MMR order (unit vectors, so dot product is cosine)."""
-    relevance = docs @ query
+def _min_max(scores: Sequence[float]) -> np.ndarray:
+    values = np.asarray(scores, dtype=np.float64)
+    span = float(values.max() - values.min())
+    return (values - values.min()) / span if span > 0 else np.ones_like(values)
+
+
+def mmr_order(relevance: np.ndarray, docs: np.ndarray, lam: float, k: int) -> list[int]:
+    """Indices of ``docs`` (unit vectors, so dot product is cosine) in MMR order for the given relevance."""
     similarity = docs @ docs.T
     chosen: list[int] = []
     remaining = list(range(len(docs)))
@@ -144,7 +155,31 @@ def mmr_order(query: np.ndarray, docs: np.ndarray, lam: float, k: int) -> list[i
     return chosen
 
 
-def make_reranker(cfg: RerankConfig, *, cache: EmbeddingCache, embedder: CachedEmbedder | None) -> Reranker:
+class LLMRerank:
+    """The LLM reranker (``composer.generation.LLMReranker``) as a pipeline stage: one concurrent batch of
+    calls per block of queries, failures keeping the retriever's order."""
+
+    def __init__(self, reranker: LLMReranker) -> None:
+        self._reranker = reranker
+
+    def rerank(self, queries: Sequence[str], candidates: Sequence[list[Hit]], k: int) -> list[list[Hit]]:
+        ranked = self._reranker.rerank_many(list(zip(queries, candidates, strict=True)))
+        return [hits[:k] for hits in ranked]
+
+
+def make_reranker(
+    cfg: RerankConfig,
+    *,
+    cache: EmbeddingCache,
+    embedder: CachedEmbedder | None,
+    llm: LLMClient | None = None,
+) -> Reranker:
+    if cfg.method == "llm":
+        if llm is None:
+            raise ComposerError("rerank 'llm' needs an LLM client: set generation.model or rerank.model")
+        from composer.generation.rerank import LLMReranker
+
+        return LLMRerank(LLMReranker(llm, cfg.mode, cfg.top_n))
     if cfg.method == "cross-encoder":
         assert cfg.model is not None  # enforced by RerankConfig
         return CrossEncoderReranker(cfg.model, cache, batch_size=cfg.batch_size)

@@ -14,6 +14,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from composer.errors import ConfigError
+from composer.judges.config import JudgeConfig
+from composer.llm.config import LLMConfig
 
 DEFAULT_WORKDIR = Path(".composer")
 
@@ -84,7 +86,9 @@ class MlflowConfig(_Strict):
     tracking_uri: str | None = Field(default=None, description="Default: sqlite:///<workdir>/mlflow.db")
     experiment: str | None = Field(default=None, description="MLflow experiment; default the study name.")
     traces: int | None = Field(
-        default=None, ge=0, description="Per-question MLflow traces per trial (default all, 0 = none)."
+        default=25, ge=0,
+        description="Per-question MLflow traces per trial, the first N questions (null = all, 0 = none). "
+        "Each costs ~0.1 s to store; every question is in the trial's traces.jsonl artifact anyway.",
     )
 
 
@@ -105,6 +109,17 @@ class ExperimentConfig(_Strict):
     mlflow: MlflowConfig = MlflowConfig()
     qdrant: str | None = Field(default=None, description="Qdrant url or ':memory:'; default Qdrant Edge.")
     workdir: Path | None = None
+    llm: LLMConfig | None = Field(
+        default=None,
+        description="The generator: its model answers every trial whose search space picks no "
+        "generation.model; endpoint, key variable (api_key_env), timeout, concurrency, retries and prices "
+        "apply to every LLM call of the study. Without it (and no generation.model) answers are extractive.",
+    )
+    judge: JudgeConfig | None = Field(
+        default=None,
+        description="The judge (model defaults to llm.model, temperature 0), its metrics, correctness "
+        "weights, blend/fallback and max_failure_share.",
+    )
 
     @model_validator(mode="after")
     def _bounded(self) -> ExperimentConfig:

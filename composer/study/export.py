@@ -99,7 +99,8 @@ Exported by Composer {prov["composer_version"]} on {prov["exported_at"]}. Usage:
     python {{script}} CORPUS "question" ["another question" ...]
 
 CORPUS is a JSONL/JSON/CSV/Parquet file or a folder of .txt/.md files; indexes and embeddings are cached
-under ./.composer, so the second run starts at once.
+under ./.composer, so the second run starts at once. With an LLM in the pipeline (generation.model) its
+server must be reachable, and the key read from the variable named by generation.api_key_env.
 """
 
 from __future__ import annotations
@@ -107,7 +108,6 @@ from __future__ import annotations
 import sys
 
 from composer.data import Question, load_corpus
-from composer.generation import ExtractiveAnswerer
 from composer.pipeline.config import PipelineConfig
 from composer.pipeline.pipeline import Pipeline
 
@@ -120,11 +120,16 @@ def main(argv: list[str]) -> int:
         return 2
     pipeline = Pipeline.from_config(PipelineConfig.from_dict(CONFIG))
     pipeline.index(load_corpus(argv[0]))
-    answerer = ExtractiveAnswerer()
-    for text in argv[1:]:
-        hits = pipeline.search(text)
-        print(f"? {{text}}")
-        print(f"  answer: {{answerer.answer(Question(id='q', question=text), hits)}}")
+    questions = [Question(id=str(i), question=text) for i, text in enumerate(argv[1:])]
+    run = pipeline.retrieve(questions)
+    answers = pipeline.answer(questions, run)
+    for q in questions:
+        hits, answer = run[q.id], answers[q.id]
+        print(f"? {{q.question}}")
+        if answer.failed:
+            print(f"  answer failed: {{answer.result.error if answer.result else 'no reply'}}")
+        else:
+            print(f"  answer: {{answer.text}}")
         for rank, hit in enumerate(hits, start=1):
             snippet = " ".join((hit.text or "").split())[:160]
             print(f"  {{rank:>2}}. {{hit.score:8.4f}}  {{hit.doc_id}}  {{snippet}}")

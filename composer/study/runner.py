@@ -1,8 +1,11 @@
-"""One trial: sample a config, build or reuse its index, retrieve, answer, score in batches, report.
+"""One trial: sample a config, build or reuse its index, retrieve, answer, judge, score in batches, report.
 
 Questions are scored in fixed-order batches and the running objective is reported after each one, so an
 Optuna pruner compares trials on the same questions at the same step and can stop a poor trial early.
 A configuration already completed in the study is not run again: the trial returns the earlier result.
+With an LLM, every trial's calls (expansion, reranking, generation, judging) are counted: tokens, cost,
+cached calls and failures by kind go to its metrics and error_rates.json. A failed sample never fails a
+trial; more than the judge settings' ``max_failure_share`` does, with the reason, and the study goes on.
 """
 
 from __future__ import annotations
@@ -10,137 +13,56 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any
 
-from composer.data.types import Corpus, Question, QuestionSet, Run
+from composer.data.types import Corpus, QuestionSet
 from composer.errors import ComposerError
-from composer.evaluation import EvaluationReport, SampleRecord, evaluate_run
-from composer.generation import Answerer
-from composer.metrics.matching import MatchMode, default_match_mode
+from composer.evaluation import EvaluationReport
+from composer.evaluation.pipeline import (
+    DEFAULT_KS,
+    BatchHook,
+    Judging,
+    QuestionTiming,
+    RetrievalPipeline,
+    Scored,
+    make_judging,
+    score_pipeline,
+    usage_metrics,
+)
+from composer.judges import JudgeConfig
+from composer.llm import LLMConfig, Usage, track_usage
 from composer.pipeline.config import PipelineConfig
 from composer.study.experiment import ObjectiveConfig
 from composer.study.objective import Objective
 from composer.study.space import SearchSpace
-from composer.text import tokenize
 
 if TYPE_CHECKING:
     import optuna
 
-    from composer.pipeline.pipeline import IndexInfo
     from composer.study.tracking import StudyTracker
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_KS = (1, 3, 5, 10)
+__all__ = [
+    "DEFAULT_KS",
+    "BatchHook",
+    "QuestionTiming",
+    "RetrievalPipeline",
+    "Scored",
+    "StudyData",
+    "TrialLog",
+    "TrialRunner",
+    "config_hash",
+    "flat_metrics",
+    "score_pipeline",
+]
 
-
-@dataclass(frozen=True)
-class QuestionTiming:
-    """Where one question's time went; retrieve, rerank and judge are amortized over its batch."""
-
-    batch_start_ns: int
-    batch_size: int
-    retrieve_s: float
-    rerank_s: float
-    generate_s: float
-    judge_s: float
-
-
-@dataclass
-class Scored:
-    """A pipeline's scores on a question set, with what a trace needs to show each question."""
-
-    report: EvaluationReport
-    run: Run
-    timings: dict[str, QuestionTiming]
-    answerer: str
-    steps: list[float] = field(default_factory=list)
-
-    def secondary_metrics(self) -> dict[str, float]:
-        """Cost metrics: mean latency per question and mean context size (tokens of all k hits)."""
-        n = max(len(self.timings), 1)
-        latency = sum(t.retrieve_s + t.rerank_s + t.generate_s for t in self.timings.values()) / n
-        tokens = sum(len(tokenize(h.text)) for hits in self.run.values() for h in hits if h.text)
-        return {"latency_ms": 1000.0 * latency, "context_tokens": tokens / max(len(self.run), 1)}
-
-
-class RetrievalPipeline(Protocol):
-    """What a trial needs of a pipeline (composer.pipeline.pipeline.Pipeline is the real one)."""
-
-    def index(self, corpus: Corpus) -> IndexInfo: ...
-
-    def universe(self) -> Mapping[str, tuple[str, str]]: ...
-
-    def retrieve_timed(self, questions: Sequence[Question]) -> tuple[Run, dict[str, dict[str, float]]]: ...
-
-
-BatchHook = Callable[[int, EvaluationReport], None]
-"""``hook(step, report so far)`` after each batch; raising (optuna.TrialPruned) stops the scoring."""
-
-
-def score_pipeline(
-    pipeline: RetrievalPipeline,
-    questions: QuestionSet,
-    corpus: Corpus,
-    answerer: Answerer,
-    *,
-    ks: Sequence[int] = DEFAULT_KS,
-    batch_size: int = 50,
-    match: MatchMode | None = None,
-    on_batch: BatchHook | None = None,
-) -> Scored:
-    """Retrieve, answer and score ``questions`` batch by batch (the pipeline must be indexed).
-
-    Each batch is evaluated once and its records appended, so scoring stays linear in the questions; the
-    match mode is fixed for the whole set so every batch is judged alike.
-    """
-    mode = match or default_match_mode(questions, corpus)
-    universe = pipeline.universe()
-    meta = {"questions": questions.source, "questions_fingerprint": questions.fingerprint(),
-            "corpus": corpus.source}
-    items = list(questions)
-    run: Run = {}
-    timings: dict[str, QuestionTiming] = {}
-    samples: list[SampleRecord] = []
-    report = EvaluationReport([], ks, mode, meta)
-    for step, lo in enumerate(range(0, len(items), batch_size)):
-        batch = items[lo : lo + batch_size]
-        started = time.time_ns()
-        batch_run, latency = pipeline.retrieve_timed(batch)
-        answers, generate_s = _answer(answerer, batch, batch_run)
-        t0 = time.perf_counter()
-        batch_report = evaluate_run(QuestionSet(batch, questions.source), batch_run, ks=ks, match=mode,
-                                    corpus=corpus, universe=universe, answers=answers)
-        judge_s = (time.perf_counter() - t0) / len(batch)
-        for q, record in zip(batch, batch_report.samples, strict=True):
-            lat = latency.get(q.id, {})
-            record.latency = {"retrieve": lat.get("retrieve", 0.0), "rerank": lat.get("rerank", 0.0),
-                              "generate": generate_s[q.id], "judge": judge_s}
-            timings[q.id] = QuestionTiming(started, len(batch), lat.get("retrieve", 0.0),
-                                           lat.get("rerank", 0.0), generate_s[q.id], judge_s)
-        run.update(batch_run)
-        samples.extend(batch_report.samples)
-        report = EvaluationReport(samples, batch_report.ks, mode, meta)
-        if on_batch is not None:
-            on_batch(step, report)
-    return Scored(report, run, timings, answerer.name)
-
-
-def _answer(
-    answerer: Answerer, batch: Sequence[Question], run: Run
-) -> tuple[dict[str, str], dict[str, float]]:
-    answers: dict[str, str] = {}
-    seconds: dict[str, float] = {}
-    for q in batch:
-        t0 = time.perf_counter()
-        answers[q.id] = answerer.answer(q, run.get(q.id, []))
-        seconds[q.id] = time.perf_counter() - t0
-    return answers, seconds
+USAGE_METRICS = frozenset(Usage().to_dict())
 
 
 def config_hash(config: PipelineConfig) -> str:
@@ -152,6 +74,7 @@ def flat_metrics(scored: Scored, objective: Objective) -> dict[str, float]:
     """Every metric mean, the composite and the cost metrics, keyed as reports key them (``recall@10``)."""
     out = {name: st.mean for name, st in scored.report.stats().items()}
     out.update(scored.secondary_metrics())
+    out.update(scored.llm_metrics())
     for stage, stats in scored.report.latency_ms().items():
         out[f"latency_{stage}_ms"] = stats["mean"]
     out["composite"] = objective.composite(out)
@@ -160,17 +83,24 @@ def flat_metrics(scored: Scored, objective: Objective) -> dict[str, float]:
 
 @dataclass
 class StudyData:
-    """What every trial of a study shares: the data, the space, the objective, where indexes live."""
+    """What every trial of a study shares: the data, the space, the objective, where indexes live, and
+    the LLM settings: ``llm`` (the experiment's ``llm:`` block: the default generator and how to call
+    it) and ``judge`` (one judge for every trial, by default ``llm.model``)."""
 
     corpus: Corpus
     questions: QuestionSet
     space: SearchSpace
     objective: ObjectiveConfig
     workdir: Path
-    answerer: Answerer
     qdrant: str | None = None
     api_key: str | None = None
     batch_size: int = 50
+    llm: LLMConfig | None = None
+    judge: JudgeConfig | None = None
+
+    def __post_init__(self) -> None:
+        if self.llm is not None:  # the space's own generation settings win over the llm: block's
+            self.space = self.space.under({"generation": generation_defaults(self.llm)})
 
     @property
     def ks(self) -> tuple[int, ...]:
@@ -179,7 +109,30 @@ class StudyData:
     def pipeline(self, config: PipelineConfig) -> RetrievalPipeline:
         from composer.pipeline.pipeline import Pipeline
 
-        return Pipeline.from_config(config, workdir=self.workdir, qdrant=self.qdrant, api_key=self.api_key)
+        return Pipeline.from_config(config, workdir=self.workdir, qdrant=self.qdrant, api_key=self.api_key,
+                                    llm=self.llm)
+
+    @cached_property
+    def judging(self) -> Judging | None:
+        """The study's one judge, built once, also judging the judge metrics the objective weighs; None
+        without any LLM (deterministic metrics only)."""
+        judge = self.judge if self.judge is not None else (JudgeConfig() if self.llm is not None else None)
+        if judge is None:
+            return None
+        return make_judging(judge, self.llm, self.workdir, also=list(self.objective.metrics))
+
+    def score(self, pipeline: RetrievalPipeline, questions: QuestionSet, *, batch_size: int | None = None,
+              on_batch: BatchHook | None = None) -> Scored:
+        """Score an indexed pipeline on ``questions`` (the selection, or the held-out set) as trials do."""
+        return score_pipeline(pipeline, questions, self.corpus, judging=self.judging, ks=self.ks,
+                              batch_size=batch_size or self.batch_size, on_batch=on_batch)
+
+
+def generation_defaults(llm: LLMConfig) -> dict[str, Any]:
+    """The ``llm:`` block as pipeline defaults: the generator a trial uses unless its space picks one."""
+    out: dict[str, Any] = {"model": llm.model, "temperature": llm.temperature}
+    out.update({k: v for k in ("api_base", "api_key_env") if (v := getattr(llm, k)) is not None})
+    return out
 
 
 class TrialRunner:
@@ -210,28 +163,34 @@ class TrialRunner:
 
         log = TrialLog(trial.number, config, started)
         steps: list[float] = []
-        try:
-            pipeline = self.data.pipeline(config)
-            info = pipeline.index(self.data.corpus)
-            for name in ("key", "n_chunks", "reused", "embeddings_computed", "embeddings_reused", "seconds"):
-                trial.set_user_attr(f"index_{name}", getattr(info, name))
-            log.tags["composer.index_key"] = info.key
-            scored = score_pipeline(
-                pipeline, self.data.questions, self.data.corpus, self.data.answerer, ks=self.data.ks,
-                batch_size=self.data.batch_size,
-                on_batch=lambda step, report: self._step(trial, step, report, steps),
-            )
-        except optuna.TrialPruned:
-            log.state, log.steps = "PRUNED", steps
-            log.metrics = trial.user_attrs.get("metrics", {})
-            self._log(log)
-            raise
-        except Exception as exc:
-            log.state = "FAIL"
-            log.tags["composer.error"] = f"{type(exc).__name__}: {exc}"[:4000]
-            trial.set_user_attr("error", log.tags["composer.error"])
-            self._log(log)
-            raise
+        with track_usage() as usage:
+            try:
+                pipeline = self.data.pipeline(config)
+                info = pipeline.index(self.data.corpus)
+                for name in ("key", "n_chunks", "reused", "embeddings_computed", "embeddings_reused",
+                             "seconds"):
+                    trial.set_user_attr(f"index_{name}", getattr(info, name))
+                log.tags["composer.index_key"] = info.key
+                if self.data.judging is not None:
+                    log.tags["composer.judge_model"] = self.data.judging.model
+                scored = self.data.score(
+                    pipeline, self.data.questions,
+                    on_batch=lambda step, report: self._step(trial, step, report, steps),
+                )
+            except optuna.TrialPruned:
+                log.state, log.steps = "PRUNED", steps
+                log.metrics = {**trial.user_attrs.get("metrics", {}), **usage_metrics(usage)}
+                self._log(log)
+                raise
+            except Exception as exc:
+                log.state = "FAIL"
+                log.tags["composer.error"] = f"{type(exc).__name__}: {exc}"[:4000]
+                trial.set_user_attr("error", log.tags["composer.error"])
+                log.metrics = usage_metrics(usage)
+                if usage.calls:
+                    log.error_rates = {**usage.error_rates(), "reason": log.tags["composer.error"]}
+                self._log(log)
+                raise
         scored.steps = steps
         objective = self._objective(scored.report)
         metrics = flat_metrics(scored, objective)
@@ -242,9 +201,11 @@ class TrialRunner:
         return values[0] if len(values) == 1 else values
 
     def _objective(self, report: EvaluationReport) -> Objective:
-        """Resolved on the first batch scored: which metrics exist depends on the data, not the trial."""
+        """Resolved on the first batch scored: which metrics exist depends on the data (and the judge),
+        not the trial; a judged metric counts as available even if no sample of that batch scored it."""
         if self.objective is None:
-            self.objective = Objective.resolve(self.data.objective, report.stats().keys())
+            judged = self.data.judging.settings.metrics if self.data.judging is not None else ()
+            self.objective = Objective.resolve(self.data.objective, {*report.stats(), *judged})
         return self.objective
 
     def _step(self, trial: optuna.Trial, step: int, report: EvaluationReport, steps: list[float]) -> None:
@@ -270,7 +231,9 @@ class TrialRunner:
         for name, value in earlier.user_attrs.items():
             if name.startswith("index_"):
                 trial.set_user_attr(name, value)
-        log = TrialLog(trial.number, config, started, state="COMPLETE", metrics=metrics)
+        # The repeat's scores are the earlier trial's, its LLM usage nothing: it made no call.
+        spent = {k: 0.0 for k in metrics if k in USAGE_METRICS or k.startswith("llm_failed_requests_")}
+        log = TrialLog(trial.number, config, started, state="COMPLETE", metrics={**metrics, **spent})
         log.tags["composer.duplicate_of"] = str(earlier.number)
         log.tags["composer.index_key"] = str(earlier.user_attrs.get("index_key", ""))
         self._log(log)
@@ -294,7 +257,7 @@ class TrialLog:
     steps: list[float] = field(default_factory=list)
     tags: dict[str, str] = field(default_factory=dict)
     scored: Scored | None = None
-
+    error_rates: Mapping[str, Any] | None = None  # error_rates.json of a trial that failed before a report
 
 
 def _completed_with(study: optuna.Study, digest: str) -> optuna.trial.FrozenTrial | None:

@@ -114,6 +114,11 @@ class SearchSpace:
         """Every pipeline setting before sampling: PipelineConfig's defaults under the space's defaults."""
         return _deep_merge(PipelineConfig().to_dict(), self.defaults)
 
+    def under(self, defaults: Mapping[str, Any]) -> SearchSpace:
+        """This space over further ``defaults`` (its own win): how an experiment's ``llm:`` block
+        supplies the generator of every trial whose space does not choose one."""
+        return SearchSpace(self.dimensions, _deep_merge(dict(defaults), self.defaults), self.source)
+
     def grid(self) -> dict[str, list[Any]]:
         """The axes for Optuna's GridSampler. Inactive axes yield duplicate configs, which trials skip."""
         return {dim.key: dim.grid_values(self.source) for dim in self.dimensions}

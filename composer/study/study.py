@@ -14,19 +14,22 @@ import hashlib
 import importlib.metadata
 import logging
 import os
+import random
+import socket
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from composer.data.types import QuestionSet
 from composer.errors import ConfigError, InputError
 from composer.study.experiment import ExperimentConfig, PrunerConfig, SplitConfig
 from composer.study.leaderboard import STUDY_ATTR, leaderboard, ranked_trials
 from composer.study.objective import Objective
-from composer.study.runner import StudyData, TrialRunner, score_pipeline
+from composer.study.runner import StudyData, TrialRunner
 from composer.study.space import SearchSpace, load_search_space
 from composer.study.tracking import StudyTracker, is_local_store, scrub
 
@@ -38,6 +41,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 QDRANT_API_KEY_ENV = "QDRANT_API_KEY"
+SCHEMA_ATTEMPTS = 6
+"""Tries at opening a storage whose fresh schema other workers may be creating at the same moment."""
+
+WORKER = f"{socket.gethostname()}:{os.getpid()}"
+"""Recorded on each trial: which of a study's workers ran it."""
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -84,20 +94,43 @@ def make_storage(url: str, heartbeat_interval: int | None = None) -> optuna.stor
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     if heartbeat_interval is None:
-        return RDBStorage(url)
+        return _despite_schema_race(lambda: RDBStorage(url))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ExperimentalWarning)
-        return RDBStorage(
+        return _despite_schema_race(lambda: RDBStorage(
             url,
             heartbeat_interval=heartbeat_interval,
             grace_period=2 * heartbeat_interval,
             heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=2),
-        )
+        ))
+
+
+def _despite_schema_race(open_storage: Callable[[], T]) -> T:
+    """Open a storage, again if another worker was creating the same fresh schema at that moment.
+
+    Optuna creates its tables and version rows on first open; two workers doing it at once collide
+    (a table, type or row that appeared in between). Each step is idempotent, so a retry finds the
+    schema complete. Errors of any other kind (a wrong URL, a server down) are raised at once.
+    """
+    from sqlalchemy import exc
+
+    attempt = 1
+    while True:
+        try:
+            return open_storage()
+        except (exc.IntegrityError, exc.ProgrammingError, exc.OperationalError) as err:
+            message = str(err.orig).lower()
+            racing = isinstance(err, exc.IntegrityError) or "already exists" in message or "locked" in message
+            if not racing or attempt == SCHEMA_ATTEMPTS:
+                raise
+            logger.debug("storage schema busy (attempt %d): %s", attempt, message)
+            time.sleep(0.1 * attempt + 0.2 * random.random())
+            attempt += 1
 
 
 def make_sampler(exp: ExperimentConfig, space: SearchSpace, seed_offset: int) -> optuna.samplers.BaseSampler:
-    """The configured sampler. A resumed study shifts the seed by its trial count, so a seeded random
-    sampler does not replay (and waste trials on) the configurations it already proposed."""
+    """The configured sampler, seeded ``seed + seed_offset``; a study seeds one per trial (see
+    composer.study.seeding), so no two trials, whichever worker runs them, share a seed."""
     import optuna
 
     cfg = exp.sampler
@@ -143,13 +176,17 @@ def open_study(exp: ExperimentConfig, space: SearchSpace, *, name: str | None = 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study_name = name or exp.name
     storage = make_storage(exp.storage_url, exp.heartbeat_interval)
-    try:
-        existing = len(storage.get_all_trials(storage.get_study_id_from_name(study_name), deepcopy=False))
-    except KeyError:
-        existing = 0
     directions = ["maximize", *exp.secondary_directions()]
+    sampler: optuna.samplers.BaseSampler
+    if exp.sampler.seed is None:
+        sampler = make_sampler(exp, space, 0)
+    else:
+        from composer.study.seeding import TrialSeededSampler
+
+        sampler = TrialSeededSampler(lambda number: make_sampler(exp, space, number))
+    # Workers creating a new study together: Optuna turns the loser's insert into loading the winner's.
     study = optuna.create_study(
-        storage=storage, sampler=make_sampler(exp, space, existing), pruner=make_pruner(exp.pruner),
+        storage=storage, sampler=sampler, pruner=make_pruner(exp.pruner),
         study_name=study_name, directions=directions, load_if_exists=True,
     )
     if [d.name.lower() for d in study.directions] != directions:
@@ -187,7 +224,6 @@ def run_study(
     from rich.console import Console
 
     from composer.data import load_corpus, load_questions
-    from composer.generation import ExtractiveAnswerer
     from composer.study.live import StudyProgress
 
     console = console or Console(stderr=True)
@@ -208,7 +244,7 @@ def run_study(
     _record_lost_trials(study, tracker)
     data = StudyData(
         corpus=corpus, questions=selection, space=space, objective=exp.objective, workdir=exp.work_dir,
-        answerer=ExtractiveAnswerer(), qdrant=exp.qdrant, batch_size=exp.batch_size,
+        qdrant=exp.qdrant, batch_size=exp.batch_size, llm=exp.llm, judge=exp.judge,
         api_key=os.environ.get(QDRANT_API_KEY_ENV) if exp.qdrant and exp.qdrant.startswith("http") else None,
     )
     runner = TrialRunner(data, tracker)
@@ -222,12 +258,17 @@ def run_study(
                   highlight=False)
     status = "FAILED"
     callbacks: list[Any] = []
+    objective: Callable[[optuna.Trial], Any] = runner
     if target is not None:
-        callbacks.append(optuna.study.MaxTrialsCallback(target, states=finished_states))
+        # Workers of one study stop by the trials that hold a slot: a trial another worker is running,
+        # or a queued retry, counts as much as a finished one.
+        holding = (*finished_states, optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
+        callbacks.append(optuna.study.MaxTrialsCallback(target, states=holding))
+        objective = _first_trials_only(target, runner, tracker)
     try:
         if remaining != 0:
             with StudyProgress(console, target, done, exp.timeout) as progress:
-                study.optimize(runner, n_trials=remaining, timeout=exp.timeout, catch=(Exception,),
+                study.optimize(objective, n_trials=remaining, timeout=exp.timeout, catch=(Exception,),
                                callbacks=[*callbacks, progress])
         held = None
         if held_out is not None:
@@ -248,6 +289,37 @@ def run_study(
         tracker.close(status)
     return StudyResult(study.study_name, exp.storage_url, exp.tracking_uri, tracker.parent_run_id, summary,
                        board)
+
+
+class SurplusTrial(Exception):
+    """A trial started after the study's target was reached (by other workers): failed unscored."""
+
+
+def _first_trials_only(
+    target: int, runner: TrialRunner, tracker: StudyTracker
+) -> Callable[[optuna.Trial], Any]:
+    """The objective for the first ``target`` trials that hold a slot, in trial-number order.
+
+    Two workers checking the count at the same instant may both start one more trial; numbers are
+    unique, so every worker agrees which is surplus: it stops its worker and fails unscored.
+    """
+    from optuna.trial import TrialState
+
+    holding = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+
+    def objective(trial: optuna.Trial) -> Any:
+        trials = trial.study.get_trials(deepcopy=False, states=holding)
+        ahead = sum(1 for t in trials if t.number < trial.number)
+        trial.set_user_attr("worker", WORKER)
+        if ahead >= target:
+            trial.study.stop()
+            reason = f"surplus: the study's {target} trials were already taken by other workers"
+            trial.set_user_attr("error", reason)
+            tracker.log_failed_trial(trial.number, None, reason)
+            raise SurplusTrial(reason)
+        return runner(trial)
+
+    return objective
 
 
 def _provenance(exp: ExperimentConfig, space: SearchSpace, corpus_fp: str, questions: QuestionSet,
@@ -329,8 +401,7 @@ def _held_out(
     for t in contenders:
         pipeline = data.pipeline(PipelineConfig.from_dict(t.user_attrs["config"]))
         pipeline.index(data.corpus)
-        scored = score_pipeline(pipeline, data.questions, data.corpus, data.answerer, ks=data.ks,
-                                batch_size=len(data.questions))
+        scored = data.score(pipeline, data.questions, batch_size=len(data.questions))
         if runner.objective is None:
             runner.objective = Objective.resolve(data.objective, scored.report.stats().keys())
         scores.append(scored)

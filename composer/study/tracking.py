@@ -3,7 +3,8 @@
 The parent is found by its tag ``composer.study`` so a re-run continues it. Trial runs are written when
 a trial ends (complete, pruned or failed), so a crash leaves no half-written run; trials a crash cut off
 are recorded as FAILED runs when the study resumes. Secrets never reach MLflow: parameters whose name
-says key/token/secret/password are masked, as are credentials inside URLs.
+says key/token/secret/password are masked, as are credentials inside URLs; API keys are never in a config
+at all (``api_key_env`` names the variable holding one, and is kept when it looks like a variable name).
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ import re
 import tempfile
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from composer.evaluation.report import write_atomic
+from composer.locks import FileLock
+from composer.pipeline.config import PipelineConfig
 from composer.study.runner import Scored, TrialLog
 
 if TYPE_CHECKING:
@@ -37,6 +41,7 @@ RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
 
 _SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials"}
 _URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+_ENV_VAR_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _METRIC_NAME = re.compile(r"[^\w\-. /]")
 MASK = "***"
 
@@ -68,7 +73,7 @@ def scrub(values: Mapping[str, Any]) -> dict[str, Any]:
     """
     out: dict[str, Any] = {}
     for key, value in values.items():
-        if isinstance(value, str) and value and is_secret_name(str(key)):
+        if isinstance(value, str) and value and is_secret_name(str(key)) and not _names_variable(key, value):
             out[key] = MASK
         elif isinstance(value, Mapping):
             out[key] = scrub(value)
@@ -77,6 +82,11 @@ def scrub(values: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+def _names_variable(key: Any, value: str) -> bool:
+    """``api_key_env: OPENAI_API_KEY`` names where the key is; an exported config needs it to work."""
+    return str(key).lower().endswith("_env") and bool(_ENV_VAR_NAME.match(value))
 
 
 def mlflow_metric_name(name: str) -> str:
@@ -108,11 +118,14 @@ class StudyTracker:
             Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         mlflow.set_tracking_uri(tracking_uri)  # traces and the fluent run context follow this URI
         self.tracking_uri = tracking_uri
-        self.client: MlflowClient = MlflowClient(tracking_uri)
         self.study_name = study_name
         self.max_traces = max_traces
-        self.experiment_id = self._experiment(experiment, artifact_root)
-        self.parent_run_id = self._parent(study_params or {})
+        # The first client to open a new local store creates its tables: two workers starting together
+        # would corrupt that migration, and each would create a parent run. Locally both happen in turn.
+        with _local_store_lock(tracking_uri):
+            self.client: MlflowClient = MlflowClient(tracking_uri)
+            self.experiment_id = self._experiment(experiment, artifact_root)
+            self.parent_run_id = self._parent(study_params or {})
 
     # Set-up ------------------------------------------------------------------------------------------
     def _experiment(self, name: str, artifact_root: Path | None) -> str:
@@ -126,30 +139,49 @@ class StudyTracker:
             folder = artifact_root / re.sub(r"[^\w.\-]", "_", name)
             folder.mkdir(parents=True, exist_ok=True)
             location = folder.resolve().as_uri()
-        return str(self.client.create_experiment(name, artifact_location=location))
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return str(self.client.create_experiment(name, artifact_location=location))
+        except MlflowException:  # on a server, another worker may have created it in between
+            found = self.client.get_experiment_by_name(name)
+            if found is None:
+                raise
+            return str(found.experiment_id)
 
     def _parent(self, params: Mapping[str, Any]) -> str:
-        """The study's parent run: the existing one (a resumed study), else a new one with study params."""
-        runs = self.client.search_runs(
-            [self.experiment_id],
-            filter_string=f"tags.`{STUDY_TAG}` = '{self.study_name}' and tags.`{ROLE_TAG}` = 'study'",
-            order_by=["attributes.start_time ASC"],
-            max_results=1,
-        )
-        if runs:
-            run_id = str(runs[0].info.run_id)
-            self.client.update_run(run_id, status="RUNNING")
-            return run_id
-        run = self.client.create_run(
+        """The study's parent run: the existing one (a resumed study), else a new one with study params.
+
+        Workers sharing a tracking server may each find none and each create one: every creator then
+        looks again and keeps the earliest, deleting its own if it is not that one, so all log under one.
+        """
+        found = self._parent_runs()
+        if found:
+            self.client.update_run(found[0], status="RUNNING")
+            return found[0]
+        run_id = str(self.client.create_run(
             self.experiment_id,
             run_name=self.study_name,
             tags={STUDY_TAG: self.study_name, ROLE_TAG: "study"},
-        )
+        ).info.run_id)
+        first = self._parent_runs()[0]
+        if first != run_id:
+            self.client.delete_run(run_id)
+            return first
         from mlflow.entities import Param
 
         flat = scrub(flatten(params))
-        self.client.log_batch(run.info.run_id, params=[Param(k, _param_value(v)) for k, v in flat.items()])
-        return str(run.info.run_id)
+        self.client.log_batch(run_id, params=[Param(k, _param_value(v)) for k, v in flat.items()])
+        return run_id
+
+    def _parent_runs(self) -> list[str]:
+        """Ids of the study's live parent runs, earliest first (start time, then id: one order for all)."""
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`{STUDY_TAG}` = '{self.study_name}' and tags.`{ROLE_TAG}` = 'study'",
+            max_results=1000,
+        )
+        return [str(r.info.run_id) for r in sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))]
 
     # Trials ------------------------------------------------------------------------------------------
     def logged_trials(self) -> dict[int, tuple[str, str]]:
@@ -200,6 +232,9 @@ class StudyTracker:
                                                              sort_keys=False))
             if log.scored is not None:
                 log.scored.report.save(out)
+            elif log.error_rates is not None:
+                write_atomic(out / "error_rates.json",
+                             json.dumps(log.error_rates, ensure_ascii=False, indent=2) + "\n")
             self.client.log_artifacts(run_id, str(out))
         if log.scored is not None and self.max_traces != 0:
             self._traces(run_id, log)
@@ -234,11 +269,12 @@ class StudyTracker:
             samples = samples[: self.max_traces]
         with mlflow.start_run(run_id=run_id):
             for sample in samples:
-                self._trace(sample.question_id, sample.question, sample.answer, sample.metrics, scored, log)
+                self._trace(sample.question_id, sample.question, sample.answer, sample.metrics,
+                            sample.reasons, scored, log)
             mlflow.flush_trace_async_logging()
 
     def _trace(self, qid: str, question: str, answer: str | None, metrics: Mapping[str, float | None],
-               scored: Scored, log: TrialLog) -> None:
+               reasons: Mapping[str, str], scored: Scored, log: TrialLog) -> None:
         import mlflow
         from mlflow.entities import SpanType
 
@@ -266,17 +302,23 @@ class StudyTracker:
             return end
 
         reranked = cfg.rerank.method != "none"
+        if cfg.query_expansion.method != "none":
+            t = child("expand", SpanType.LLM, timing.expand_s, {"query": question}, None,
+                      {"method": cfg.query_expansion.method, "n": cfg.query_expansion.n, **amortized})
         t = child("retrieve", SpanType.RETRIEVER, timing.retrieve_s, {"query": question},
                   {"candidates": "reranked below"} if reranked else docs,
                   {"mode": cfg.retrieval.mode, "k": cfg.retrieval.k, **amortized})
         if reranked:
             t = child("rerank", SpanType.RERANKER, timing.rerank_s, {"query": question}, docs,
                       {"method": cfg.rerank.method, "model": cfg.rerank.model or "", **amortized})
-        t = child("generate", SpanType.CHAIN, timing.generate_s,
-                  {"question": question, "contexts": [h.id for h in hits]}, answer,
-                  {"answerer": scored.answerer})
+        t = child("generate", SpanType.LLM if scored.answerer.startswith("llm:") else SpanType.CHAIN,
+                  timing.generate_s, {"question": question, "contexts": [h.id for h in hits]}, answer,
+                  _generation_attributes(scored, qid, cfg))
         scores = {k: v for k, v in metrics.items() if v is not None}
-        t = child("judge", SpanType.EVALUATOR, timing.judge_s, {"answer": answer}, scores, amortized)
+        judged: dict[str, Any] = {**amortized, "judge": scored.judge or "deterministic scorers"}
+        if reasons:
+            judged["reasons"] = dict(reasons)
+        t = child("judge", SpanType.EVALUATOR, timing.judge_s, {"answer": answer}, scores, judged)
         root.end(outputs={"answer": answer}, end_time_ns=t)
 
     # Study -------------------------------------------------------------------------------------------
@@ -313,6 +355,31 @@ class StudyTracker:
 
     def close(self, status: str = "FINISHED") -> None:
         self.client.set_terminated(self.parent_run_id, status=status)
+
+
+def _local_store_lock(tracking_uri: str) -> AbstractContextManager[object]:
+    """A lock beside a local store (SQLite file or folder); a server orders its own writes."""
+    if tracking_uri.startswith("sqlite:///") and not tracking_uri.endswith(":memory:"):
+        return FileLock(tracking_uri.removeprefix("sqlite:///") + ".lock")
+    if tracking_uri.startswith("sqlite:") or not is_local_store(tracking_uri):
+        return nullcontext()
+    folder = Path(tracking_uri.removeprefix("file://").removeprefix("file:"))
+    return FileLock(folder / ".composer.lock")
+
+
+def _generation_attributes(scored: Scored, qid: str, cfg: PipelineConfig) -> dict[str, Any]:
+    """What answered and at what cost: the model, template and temperature, tokens, cache, failure."""
+    attributes: dict[str, Any] = {"answerer": scored.answerer}
+    answer = scored.answers.get(qid)
+    result = answer.result if answer is not None else None
+    if result is not None:
+        gen = cfg.generation
+        attributes.update(model=gen.model, template=gen.template, temperature=gen.temperature,
+                          prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
+                          cached=result.cached, attempts=result.attempts)
+        if result.error_kind is not None:
+            attributes["error"] = f"{result.error_kind}: {result.error}"
+    return attributes
 
 
 def _param_value(value: Any) -> str:

@@ -1,0 +1,67 @@
+"""The ``judge:`` block of an experiment (and ``composer eval --judge``): which model judges, and how."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from composer.judges.evaluate import JudgeSettings
+from composer.llm.config import LLMConfig, TokenPrice, check_env_name, judge_config
+from composer.pipeline.config import EmbeddingConfig
+
+_LLM_FIELDS = ("api_base", "api_key_env", "timeout", "max_concurrency", "max_retries", "price")
+
+
+class JudgeConfig(JudgeSettings):
+    """JudgeSettings plus the judge's model and endpoint. Unset fields inherit the generator's settings
+    (the experiment's ``llm:``); the judge always runs at temperature 0.
+
+    One judge for a whole study: ``model`` defaults to ``llm.model``, never to a trial's sampled
+    generator, or trials would be graded by different judges. ``embedding`` feeds answer_correctness'
+    similarity term and answer_relevancy (null drops the similarity term, as the reason then says).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
+    model: str | None = None
+    api_base: str | None = None
+    api_key_env: str | None = None
+    timeout: float | None = Field(default=None, gt=0, description="seconds per request")
+    max_concurrency: int | None = Field(default=None, ge=1)
+    max_retries: int | None = Field(default=None, ge=0)
+    price: TokenPrice | None = None
+    embedding: EmbeddingConfig | None = EmbeddingConfig()
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        return check_env_name(value)
+
+    @model_validator(mode="after")
+    def _contexts_come_from_the_pipeline(self) -> JudgeConfig:
+        if "max_contexts" in self.model_fields_set:
+            raise ValueError(
+                "the judges read the passages the answer was generated from: set generation.max_contexts "
+                "in the pipeline (or the search space) instead of judge.max_contexts"
+            )
+        return self
+
+    def llm_config(self, llm: LLMConfig | None) -> LLMConfig | None:
+        """The judge's LLMConfig on top of the generator's ``llm``; None when there is no model at all."""
+        base = judge_config(llm, self.model)
+        if base is None:
+            return None
+        update: dict[str, Any] = {k: v for k in _LLM_FIELDS if (v := getattr(self, k)) is not None}
+        return LLMConfig.model_validate({**base.model_dump(), **update}) if update else base
+
+    @property
+    def settings(self) -> JudgeSettings:
+        """The plain JudgeSettings ``answer_and_judge`` takes."""
+        return JudgeSettings.model_validate(self.model_dump(include=set(JudgeSettings.model_fields)))
+
+    def needs_embedding(self) -> bool:
+        """Whether a configured metric uses the embedding function."""
+        return "answer_relevancy" in self.metrics or (
+            "answer_correctness" in self.metrics and self.correctness_weights.similarity > 0
+        )

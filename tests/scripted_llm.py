@@ -1,0 +1,89 @@
+"""A scripted RAG LLM for FakeLLMServer: Arabic answers from a question -> gold map, query expansions,
+HyDE passages, reranking and every judge's JSON, told apart by the system prompt as the real model would be.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from fake_llm_server import ChatRequest, Reply
+
+from composer.generation.prompts import ANSWER_TEMPLATES, HYDE, REFUSALS
+
+
+def template_of(req: ChatRequest) -> str | None:
+    """The answer template a generation request used, None for any other request."""
+    for name, localized in ANSWER_TEMPLATES.items():
+        if any(req.system == t.system for t in localized.values()):
+            return name
+    return None
+
+
+def kind_of(req: ChatRequest) -> str:
+    """generate, multi_query, hyde, rerank, statements, faithfulness, correctness, rating or unknown."""
+    if template_of(req) is not None:
+        return "generate"
+    if '"queries"' in req.system:
+        return "multi_query"
+    if any(req.system == t.system for t in HYDE.values()):
+        return "hyde"
+    if '"ranking"' in req.system or '"score"' in req.system:
+        return "rerank"
+    if '"statements"' in req.system:
+        return "statements"
+    if '"answer": [1, 0]' in req.system:
+        return "correctness"
+    if '"verdicts"' in req.system and '"reason"' in req.system:
+        return "faithfulness"
+    if '"rating"' in req.system:
+        return "rating"
+    return "unknown"
+
+
+@dataclass
+class ScriptedRAG:
+    """The route: ``golds`` maps question text to its gold answer; every request is recorded by kind."""
+
+    golds: Mapping[str, str]
+    rating: int = 4
+    seen: list[str] = field(default_factory=list)
+
+    def question_of(self, req: ChatRequest) -> str | None:
+        """The known question the request is about (the longest contained in its prompt)."""
+        found = [q for q in self.golds if q in req.prompt]
+        return max(found, key=len) if found else None
+
+    def __call__(self, req: ChatRequest) -> Reply | str:
+        kind = kind_of(req)
+        self.seen.append(kind)
+        question = self.question_of(req) or ""
+        if kind == "generate":
+            gold = self.golds.get(question)
+            if gold is None:
+                return REFUSALS["ar"]
+            return gold if template_of(req) == "concise" else f"{gold} بحسب السياق"
+        if kind == "multi_query":
+            return json.dumps({"queries": [f"ما {question}", f"{question} في النص"]}, ensure_ascii=False)
+        if kind == "hyde":
+            gold = self.golds.get(question, "")
+            return f"تذكر الموسوعة أن الجواب هو {gold}. وهذا معروف في المصادر."
+        if kind == "rerank":
+            count = len(re.findall(r"^\[\d+\]", req.prompt, flags=re.MULTILINE))
+            if '"ranking"' in req.system:  # listwise: the retriever's order reversed
+                return json.dumps({"ranking": list(range(count, 0, -1))})
+            return '{"score": 2}'
+        if kind == "statements":
+            return json.dumps({"statements": [question or "عبارة"]}, ensure_ascii=False)
+        if kind == "correctness":
+            return '{"answer": ' + json.dumps([1] * 30) + ', "reference": ' + json.dumps([1] * 30) + "}"
+        if kind == "faithfulness":
+            return '{"verdicts": ' + json.dumps([1] * 30) + ', "reason": "مدعوم بالسياق"}'
+        if kind == "rating":
+            return json.dumps({"rating": self.rating, "reason": "إجابة صحيحة في معظمها"}, ensure_ascii=False)
+        raise AssertionError(f"unscripted request: {req.system[:80]}")
+
+    def count(self, kind: str) -> int:
+        return self.seen.count(kind)

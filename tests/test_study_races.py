@@ -1,0 +1,174 @@
+"""What keeps several workers of one study from colliding, each race forced deterministically here
+(tests/test_study_workers.py runs real workers on PostgreSQL)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from sqlalchemy import exc
+
+from composer.study import study as study_module
+from composer.study.experiment import load_experiment
+from composer.study.seeding import TrialSeededSampler
+from composer.study.space import load_search_space
+from composer.study.study import SurplusTrial, make_sampler
+from composer.study.tracking import ROLE_TAG, StudyTracker
+
+EXPERIMENT = """
+name: races
+corpus: c.jsonl
+questions: q.jsonl
+search_space: s.yaml
+sampler: {name: random, seed: 3}
+"""
+
+
+def test_opening_a_storage_retries_only_a_schema_race(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(study_module.time, "sleep", lambda _: None)
+    calls: list[int] = []
+
+    def collides_twice() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise exc.IntegrityError("CREATE TABLE studies", {}, Exception("duplicate key pg_type_typname"))
+        if len(calls) == 2:
+            raise exc.OperationalError("CREATE TABLE", {}, Exception("table studies already exists"))
+        return "storage"
+
+    assert study_module._despite_schema_race(collides_twice) == "storage" and len(calls) == 3
+
+    calls.clear()
+
+    def refused() -> str:
+        calls.append(1)
+        raise exc.OperationalError("connect", {}, Exception("connection refused"))
+
+    with pytest.raises(exc.OperationalError, match="refused"):
+        study_module._despite_schema_race(refused)
+    assert len(calls) == 1  # not a race: no retry
+
+    calls.clear()
+
+    def always() -> str:
+        calls.append(1)
+        raise exc.IntegrityError("INSERT", {}, Exception("duplicate"))
+
+    with pytest.raises(exc.IntegrityError):
+        study_module._despite_schema_race(always)
+    assert len(calls) == study_module.SCHEMA_ATTEMPTS
+
+
+def proposals(
+    sampler: optuna.samplers.BaseSampler, space: Any, n: int, *, after: int = 0
+) -> list[dict[str, Any]]:
+    study = optuna.create_study(sampler=sampler)
+    for _ in range(after):
+        study.add_trial(optuna.trial.create_trial(params={}, distributions={}, value=0.0))
+    out = []
+    for _ in range(n):
+        trial = study.ask()
+        space.sample(trial)
+        out.append(trial.params)
+        study.tell(trial, 0.0)
+    return out
+
+
+def test_each_trial_draws_from_its_own_seed(tmp_path: Path, repo_root: Path) -> None:
+    """Two workers started together get different trial numbers, hence different proposals; a study
+    stays reproducible from its seed."""
+    (tmp_path / "e.yaml").write_text(EXPERIMENT, encoding="utf-8")
+    exp = load_experiment(tmp_path / "e.yaml")
+    space = load_search_space(repo_root / "search_spaces" / "arabic-offline.yaml")
+
+    def seeded() -> TrialSeededSampler:
+        return TrialSeededSampler(lambda number: make_sampler(exp, space, number))
+
+    first = proposals(seeded(), space, 4)
+    assert first == proposals(seeded(), space, 4)  # reproducible
+    assert len({repr(p) for p in first}) > 1
+    # Trial n is drawn as make_sampler(seed + n) alone would draw it, whoever runs it.
+    alone = [proposals(make_sampler(exp, space, n), space, 1)[0] for n in range(4)]
+    assert first == alone
+    # A second worker's trials (numbers 4..7) do not replay the first worker's (0..3).
+    assert proposals(seeded(), space, 4, after=4) != first
+
+
+def test_a_trial_started_past_the_target_is_surplus(tmp_path: Path) -> None:
+    """Two workers that saw one free slot at the same instant both started a trial: the later number
+    must not run, so the study ends with exactly its target of trials."""
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'o.db'}", study_name="s")
+    study.add_trial(optuna.trial.create_trial(params={}, distributions={}, value=1.0))
+    other_worker = study.ask()  # running elsewhere: holds the last slot
+    ran: list[int] = []
+    failed: list[tuple[int, str]] = []
+
+    class Tracker:
+        def log_failed_trial(self, number: int, config: Any, reason: str) -> None:
+            failed.append((number, reason))
+
+    def runner(trial: optuna.Trial) -> float:
+        ran.append(trial.number)
+        return 0.5
+
+    objective = study_module._first_trials_only(2, runner, Tracker())  # type: ignore[arg-type]
+    study.optimize(objective, n_trials=5, catch=(SurplusTrial,))
+    # It stopped this worker at once: one surplus trial, failed unscored, the runner never called.
+    assert ran == [] and len(study.trials) == 3
+    surplus = study.trials[2]
+    assert surplus.state == optuna.trial.TrialState.FAIL and surplus.user_attrs["error"].startswith("surplus")
+    assert surplus.user_attrs["worker"] == study_module.WORKER
+    assert failed == [(2, surplus.user_attrs["error"])]
+
+    # Once the other worker's trial failed, its slot is free again and the next trial runs.
+    study.tell(other_worker, state=optuna.trial.TrialState.FAIL)
+    study.optimize(objective, n_trials=1, catch=(SurplusTrial,))
+    assert ran == [3] and study.trials[3].state == optuna.trial.TrialState.COMPLETE
+
+
+def test_a_parent_run_created_twice_is_reduced_to_the_earliest(tmp_path: Path) -> None:
+    """On a tracking server two workers may each find no parent and each create one: the later one
+    sees both, keeps the earliest and deletes its own."""
+    from mlflow.entities import ViewType
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first = StudyTracker(uri, "races", "s", study_params={"sampler": "tpe"})
+
+    class Blind(StudyTracker):
+        """Finds no parent on its first look, as a worker whose search ran before the other's create."""
+
+        looks = 0
+
+        def _parent_runs(self) -> list[str]:
+            Blind.looks += 1
+            return [] if Blind.looks == 1 else super()._parent_runs()
+
+    second = Blind(uri, "races", "s", study_params={"sampler": "tpe"})
+    assert second.parent_run_id == first.parent_run_id and Blind.looks == 2
+    runs = first.client.search_runs([first.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'study'",
+                                    run_view_type=ViewType.ALL)
+    assert len(runs) == 2
+    by_id = {r.info.run_id: r for r in runs}
+    assert by_id[first.parent_run_id].info.lifecycle_stage == "active"
+    assert by_id[first.parent_run_id].data.params["sampler"] == "tpe"
+    [deleted] = [r for r in runs if r.info.run_id != first.parent_run_id]
+    assert deleted.info.lifecycle_stage == "deleted"
+
+
+def test_an_experiment_created_in_between_is_loaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    existing = MlflowClient(uri).create_experiment("races")
+    looks: list[str] = []
+    original = MlflowClient.get_experiment_by_name
+
+    def late(self: MlflowClient, name: str) -> Any:
+        looks.append(name)
+        return None if len(looks) == 1 else original(self, name)  # the other worker's create lands now
+
+    monkeypatch.setattr(MlflowClient, "get_experiment_by_name", late)
+    tracker = StudyTracker(uri, "races", "s")
+    assert tracker.experiment_id == existing and len(looks) == 2

@@ -1,0 +1,202 @@
+"""Several `composer optimize` workers on one PostgreSQL-backed study, started at the same moment.
+
+First on one machine sharing a workdir (Qdrant Edge indexes, a local MLflow store), then as if on two
+machines: separate workdirs and an MLflow tracking server. Either way the study ends with exactly
+n_trials finished trials, each number once, run by both workers, one MLflow parent run and one nested
+run per trial. Needs PostgreSQL's server binaries (Debian's postgresql package; `.ci/run` installs it).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+from postgres import Postgres, free_port, postgres_bin, running_postgres
+
+from composer.study.tracking import ROLE_TAG, STATE_TAG, STUDY_TAG, TRIAL_TAG
+
+N_TRIALS = 10
+SPACE = """
+dimensions:
+  retrieval.mode: {choices: [bm25]}
+  retrieval.stem: {choices: [true, false]}
+  chunking.method: {choices: [paragraph, sentence, fixed_chars]}
+  chunking.size: {type: int, low: 300, high: 600, step: 300, when: {chunking.method: fixed_chars}}
+  retrieval.k: {choices: [3, 5, 10]}
+"""
+EXPERIMENT = """
+name: workers
+corpus: {corpus}
+questions: {questions}
+search_space: {space}
+objective: {{k: 5}}
+sampler: {{name: tpe, seed: 0, n_startup_trials: 4}}
+pruner: {{name: median, n_startup_trials: 2, n_warmup_steps: 0}}
+n_trials: {n_trials}
+batch_size: 15
+mlflow: {{traces: 2{tracking}}}
+"""
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[Postgres]:
+    bin_dir = postgres_bin()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL server binaries not installed (/usr/lib/postgresql/*/bin): "
+                    "apt-get install postgresql, as .ci/run does")
+    with running_postgres(bin_dir) as pg:
+        yield pg
+
+
+def write_experiment(root: Path, repo_root: Path, tracking_uri: str | None = None) -> Path:
+    sample = repo_root / "examples" / "arcd-sample"
+    lines = (sample / "questions.jsonl").read_text(encoding="utf-8").splitlines()[:45]
+    (root / "questions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (root / "space.yaml").write_text(SPACE, encoding="utf-8")
+    tracking = f", tracking_uri: '{tracking_uri}'" if tracking_uri else ""
+    exp = root / "experiment.yaml"
+    exp.write_text(EXPERIMENT.format(corpus=sample / "corpus.jsonl", questions=root / "questions.jsonl",
+                                     space=root / "space.yaml", n_trials=N_TRIALS, tracking=tracking),
+                   encoding="utf-8")
+    return exp
+
+
+def run_workers(exp: Path, storage: str, workdirs: list[Path]) -> float:
+    """Start one `composer optimize` per workdir (its cwd: the default workdir is ./.composer) at once."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    started = time.monotonic()
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "composer", "optimize", str(exp), "--storage", storage],
+                         cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for cwd in workdirs
+    ]
+    outputs = [p.communicate(timeout=900) for p in procs]
+    seconds = time.monotonic() - started
+    for p, (out, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, f"worker failed ({p.returncode}):\n{out}\n{err[-4000:]}"
+    return seconds
+
+
+def check_study(storage: str, tracking_uri: str) -> list[optuna.trial.FrozenTrial]:
+    """Exactly N_TRIALS finished trials, numbered once each, shared by both workers; MLflow mirrors it."""
+    from mlflow import MlflowClient
+    from mlflow.entities import ViewType
+
+    study = optuna.load_study(study_name="workers", storage=storage)
+    trials = study.get_trials(deepcopy=False)
+    finished = [t for t in trials if t.state in (optuna.trial.TrialState.COMPLETE,
+                                                 optuna.trial.TrialState.PRUNED)]
+    assert len(finished) == N_TRIALS
+    assert sorted(t.number for t in trials) == list(range(len(trials)))
+    others = [t for t in trials if t not in finished]
+    # The only other trials allowed: one started at the very instant the target was reached elsewhere.
+    assert all(t.state == optuna.trial.TrialState.FAIL and t.user_attrs["error"].startswith("surplus")
+               for t in others), [(t.number, t.state, t.user_attrs.get("error")) for t in others]
+    assert len(others) <= 1
+    assert len({t.user_attrs["worker"] for t in finished}) == 2  # both workers ran trials
+    assert any(t.state == optuna.trial.TrialState.COMPLETE for t in finished)
+
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name("workers")
+    assert experiment is not None
+    parents = client.search_runs([experiment.experiment_id],
+                                 filter_string=f"tags.`{ROLE_TAG}` = 'study'")
+    assert len(parents) == 1, [r.info.run_id for r in parents]
+    parent = parents[0]
+    assert parent.data.tags[STUDY_TAG] == "workers" and parent.info.status == "FINISHED"
+    nested = client.search_runs([experiment.experiment_id],
+                                filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'",
+                                run_view_type=ViewType.ALL, max_results=1000)
+    by_number = {int(r.data.tags[TRIAL_TAG]): r for r in nested}
+    assert len(by_number) == len(nested) == len(trials)  # one run per trial, none twice
+    status = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
+    for t in trials:
+        run = by_number[t.number]
+        assert run.data.tags[STATE_TAG] == t.state.name
+        assert run.info.status == status[t.state.name] and run.info.lifecycle_stage == "active"
+    return trials
+
+
+def test_two_workers_on_one_machine_share_a_workdir(tmp_path: Path, repo_root: Path,
+                                                    postgres: Postgres) -> None:
+    exp = write_experiment(tmp_path, repo_root)
+    storage = postgres.database("shared_workdir")
+    seconds = run_workers(exp, storage, [tmp_path, tmp_path])
+    workdir = tmp_path / ".composer"
+    trials = check_study(storage, f"sqlite:///{workdir / 'mlflow.db'}")
+    # The local MLflow store was created once, under its lock: no parent run was made and deleted.
+    from mlflow import MlflowClient
+    from mlflow.entities import ViewType
+
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("workers")
+    assert experiment is not None
+    every_parent = client.search_runs(
+        [experiment.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'study'", run_view_type=ViewType.ALL
+    )
+    assert len(every_parent) == 1
+    # Indexes were shared through the workdir; private copies of the worker that found one in use
+    # were removed when it exited.
+    keys = {t.user_attrs["index_key"] for t in trials if "index_key" in t.user_attrs}
+    assert keys and all((workdir / "qdrant" / key / "meta.json").is_file() for key in keys)
+    workers = workdir / "qdrant" / ".workers"
+    assert not workers.exists() or not [p for p in workers.iterdir() if p.is_dir()]
+    print(f"\n2 workers, shared workdir: {N_TRIALS} trials in {seconds:.1f} s")
+
+
+@pytest.fixture
+def mlflow_server(tmp_path: Path, postgres: Postgres) -> Iterator[str]:
+    """An MLflow tracking server on loopback with a PostgreSQL backend store, as docker-compose.yml runs."""
+    backend = postgres.database("mlflow")
+    port = free_port()
+    log = (tmp_path / "mlflow-server.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
+         "--artifacts-destination", str(tmp_path / "mlartifacts"), "--host", "127.0.0.1",
+         "--port", str(port), "--workers", "1"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                import urllib.request
+
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            assert server.poll() is None, (tmp_path / "mlflow-server.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "MLflow server did not start"
+            time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+        log.close()
+
+
+def test_two_workers_with_separate_workdirs_and_a_tracking_server(
+    tmp_path: Path, repo_root: Path, postgres: Postgres, mlflow_server: str
+) -> None:
+    """As on two machines: nothing shared but the Optuna database and the MLflow server."""
+    exp = write_experiment(tmp_path, repo_root, tracking_uri=mlflow_server)
+    storage = postgres.database("separate_workdirs")
+    first, second = tmp_path / "machine-a", tmp_path / "machine-b"
+    first.mkdir()
+    second.mkdir()
+    seconds = run_workers(exp, storage, [first, second])
+    trials = check_study(storage, mlflow_server)
+    keys = {t.user_attrs["index_key"] for t in trials if "index_key" in t.user_attrs}
+    built = [{k for k in keys if (m / ".composer" / "qdrant" / k).is_dir()} for m in (first, second)]
+    assert built[0] and built[1]  # each machine built the indexes it needed in its own workdir
+    assert not (first / ".composer" / "mlflow.db").exists()
+    print(f"\n2 workers, separate workdirs + MLflow server: {N_TRIALS} trials in {seconds:.1f} s")
