@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 
 class ComposerError(Exception):
@@ -39,3 +43,24 @@ class InputError(ComposerError):
 
 class ConfigError(InputError):
     """A configuration file or value is invalid."""
+
+
+def config_error(
+    exc: ValidationError, source: str | Path, *, under: str | None = None, field: str | None = None
+) -> ConfigError:
+    """Pydantic's first error as one located line: its message without pydantic's noise ("Value error,
+    ..."), the offending value quoted when it is a scalar, and its dotted key: pydantic's location, below
+    ``under`` when the data validated sits there; ``field`` names the key instead (a lone value checked
+    against a setting, whose own location means nothing to the user)."""
+    err = exc.errors()[0]
+    if field is None:
+        field = ".".join([*([under] if under else []), *(str(p) for p in err["loc"])]) or None
+    if err["type"] == "extra_forbidden":
+        message = "unknown key"
+    elif err["type"] == "value_error":
+        message = str(err["ctx"]["error"])
+    elif isinstance(err.get("input"), str | int | float):
+        message = f"{err['msg']} (got {err['input']!r})"
+    else:
+        message = err["msg"]
+    return ConfigError(message, path=source, field=field)

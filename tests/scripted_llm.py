@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from fake_llm_server import ChatRequest, Reply
 
 from composer.generation.prompts import ANSWER_TEMPLATES, HYDE, REFUSALS
+from composer.llm.prompt import prompt_language
 
 
 def template_of(req: ChatRequest) -> str | None:
@@ -62,8 +63,8 @@ class ScriptedRAG:
         question = self.question_of(req) or ""
         if kind == "generate":
             gold = self.golds.get(question)
-            if gold is None:
-                return REFUSALS["ar"]
+            if gold is None:  # a question the passages cannot answer: the template's refusal
+                return REFUSALS[prompt_language(req.prompt)]
             return gold if template_of(req) == "concise" else f"{gold} بحسب السياق"
         if kind == "multi_query":
             return json.dumps({"queries": [f"ما {question}", f"{question} في النص"]}, ensure_ascii=False)

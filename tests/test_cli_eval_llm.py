@@ -111,7 +111,9 @@ def test_eval_survives_rate_limits_server_errors_timeouts_and_bad_replies(
     assert summary["llm"]["usage"]["llm_cost_usd"] > 0  # gpt-4o-mini is priced by litellm's table
 
 
-def test_generation_metrics_without_an_llm_are_one_clear_error(files: dict[str, Path], tmp_path: Path) -> None:
+def test_generation_metrics_without_an_llm_are_one_clear_error(
+    files: dict[str, Path], tmp_path: Path
+) -> None:
     result = run_eval(files, tmp_path / "work", "--metrics", "faithfulness")
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
@@ -139,8 +141,34 @@ def test_too_many_failed_samples_fail_the_evaluation_with_the_reason(
     server.route = lambda req: server_error(500)
     config = files["root"] / "fragile.yaml"
     config.write_text("retrieval: {mode: bm25, k: 3}\n", encoding="utf-8")
-    args = ["eval", str(files["questions"]), "--corpus", str(EXAMPLE / "corpus.jsonl"), "--config", str(config),
-            "--workdir", str(tmp_path / "work"), "--llm", "openai/fake", "--llm-base", server.url, "--json"]
+    args = ["eval", str(files["questions"]), "--corpus", str(EXAMPLE / "corpus.jsonl"),
+            "--config", str(config), "--workdir", str(tmp_path / "work"),
+            "--llm", "openai/fake", "--llm-base", server.url, "--json"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2
-    assert "samples failed, above the allowed share of 10%" in result.output and "server_error" in result.output
+    assert "samples failed, above the allowed share of 10%" in result.output
+    assert "server_error" in result.output
+
+
+def test_refusals_are_counted_and_persianqa_unanswerables_give_refusal_accuracy(
+    tmp_path: Path, persianqa_dir: Path
+) -> None:
+    rows = [json.loads(line) for line in (persianqa_dir / "questions.jsonl").open(encoding="utf-8")][:4]
+    rows += [json.loads(line) for line in
+             (persianqa_dir / "questions_unanswerable.jsonl").open(encoding="utf-8")][:4]
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    config = tmp_path / "pipeline.yaml"
+    config.write_text("retrieval: {mode: bm25, k: 3}\n", encoding="utf-8")
+    golds = {r["question"]: r["answers"][0] for r in rows if r["answers"]}
+    with FakeLLMServer(ScriptedRAG(golds)) as server:
+        result = CliRunner().invoke(app, [
+            "eval", str(questions), "--corpus", str(persianqa_dir / "corpus.jsonl"), "--config", str(config),
+            "--workdir", str(tmp_path / "work"), "--llm", "openai/fake", "--llm-base", server.url,
+            "--metrics", "faithfulness", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    metrics, scored = summary["metrics"], summary["n_scored"]
+    assert metrics["answer_refusal_rate"] == 0.5  # the four unanswerable questions were refused
+    assert metrics["refusal_accuracy"] == 1.0 and scored["refusal_accuracy"] == 4
+    assert scored["faithfulness"] == 4 and summary["skipped"]["refusal"] == 4  # a refusal is not graded

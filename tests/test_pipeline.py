@@ -12,6 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from composer.chunking import chunk_corpus
 from composer.data import Corpus, Document, Hit, Question, QuestionSet, Run, load_corpus, load_questions
 from composer.errors import ComposerError
 from composer.evaluation import evaluate_run
+from composer.index import ClientBackend
 from composer.pipeline.config import PipelineConfig
 from composer.pipeline.pipeline import Pipeline
 
@@ -442,3 +444,61 @@ def test_bm25_on_full_arcd_reaches_the_issue_bar(arcd_dir: Path, tmp_path: Path)
     assert metrics["hit_rate@1"] >= 0.62
     assert metrics["ndcg@10"] >= 0.78
 
+
+
+# -- Two workers building one index on a Qdrant server -------------------------------------------------
+
+
+class SharedServer(ClientBackend):
+    """A worker's handle on a server (``:memory:`` stands in) that another worker shares: ``rival`` runs
+    after this worker's first upsert, i.e. between its ``create`` and its ``finish``."""
+
+    def __init__(self, rival: Callable[[ClientBackend], object], times: int = 1) -> None:
+        super().__init__(":memory:")
+        self.rival, self.times = rival, times
+
+    def other_worker(self) -> ClientBackend:
+        other = ClientBackend(":memory:")
+        other.client = self.client
+        return other
+
+    def upsert(self, *args: Any, **kwargs: Any) -> None:
+        super().upsert(*args, **kwargs)
+        if self.times:
+            self.times -= 1
+            self.rival(self.other_worker())
+
+
+def bm25_pipeline(backend: ClientBackend, workdir: Path) -> Pipeline:
+    return Pipeline(PipelineConfig.from_dict(config(mode="bm25", k=2)), workdir=workdir, backend=backend)
+
+
+def test_a_build_replaced_by_another_worker_reuses_that_workers_index(tmp_path: Path) -> None:
+    """The other worker's create dropped this build and its build finished first: reuse it."""
+    backend = SharedServer(lambda other: bm25_pipeline(other, tmp_path).index(LANGUAGE_CORPUS))
+    info = bm25_pipeline(backend, tmp_path).index(LANGUAGE_CORPUS)
+    assert info.reused and backend.exists(info.key) and backend.count(info.key) == len(LANGUAGE_CORPUS)
+    pipeline = bm25_pipeline(backend, tmp_path)
+    pipeline.index(LANGUAGE_CORPUS)
+    assert pipeline.search("دریای خزر")[0].doc_id == "fa-caspian"
+
+
+def test_a_build_replaced_by_a_worker_that_died_is_built_once_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other worker's build never finishes: after the wait this worker builds the index itself;
+    replaced a second time, it fails with the reason."""
+    monkeypatch.setattr("composer.pipeline.pipeline.BUILD_WAIT_S", 0.0)
+    key = PipelineConfig.from_dict(config(mode="bm25", k=2)).index_key(LANGUAGE_CORPUS.fingerprint())
+
+    def start_and_die(other: ClientBackend) -> None:
+        other.create(key, None, {"bm25": {}})
+
+    backend = SharedServer(start_and_die)
+    info = bm25_pipeline(backend, tmp_path).index(LANGUAGE_CORPUS)
+    assert info.key == key and not info.reused
+    assert backend.exists(key) and backend.count(key) == len(LANGUAGE_CORPUS)
+
+    twice = SharedServer(start_and_die, times=2)
+    with pytest.raises(ComposerError, match="rebuilt by another worker"):
+        bm25_pipeline(twice, tmp_path).index(LANGUAGE_CORPUS)

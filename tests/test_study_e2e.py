@@ -22,6 +22,7 @@ from typing import Any
 import optuna
 import pytest
 import yaml
+from sample_study import write_sample_study
 from typer.testing import CliRunner
 
 from composer.cli.app import app
@@ -71,14 +72,9 @@ class Finished:
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> Finished:
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Finished:
     root = tmp_path_factory.mktemp("study")
-    sample = repo_root / "examples" / "arcd-sample"
-    lines = (sample / "questions.jsonl").read_text(encoding="utf-8").splitlines()[:60]
-    (root / "questions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (root / "space.yaml").write_text(SPACE, encoding="utf-8")
-    exp_file = root / "experiment.yaml"
-    exp_file.write_text(EXPERIMENT.format(corpus=sample / "corpus.jsonl"), encoding="utf-8")
+    exp_file = write_sample_study(root, space=SPACE, experiment=EXPERIMENT, n_questions=60)
     exp = load_experiment(exp_file)
     pre = optuna.create_study(storage=make_storage(exp.storage_url), study_name="e2e", direction="maximize")
     for params in ENQUEUED:
@@ -152,6 +148,10 @@ def test_mlflow_parent_and_one_nested_run_per_trial(finished: Finished) -> None:
     assert full.data.metrics["composite"] == pytest.approx(finished.study.trials[0].value)
     assert len(client.get_metric_history(full.info.run_id, "running_composite")) == 3
     assert len(client.get_metric_history(pruned.info.run_id, "running_composite")) == 1
+    # A pruned trial's running composite over 15 questions is not ranked beside complete trials.
+    assert "composite" not in pruned.data.metrics
+    assert pruned.data.metrics["composite_at_prune"] == finished.study.trials[1].intermediate_values[0]
+    assert pruned.data.metrics["pruned_at_questions"] == 15
     files = {a.path for a in client.list_artifacts(full.info.run_id)}
     assert {"summary.json", "samples.csv", "traces.jsonl", "error_rates.json", "config.yaml"} <= files
     local = Path(client.download_artifacts(full.info.run_id, "samples.csv"))

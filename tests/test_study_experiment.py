@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -9,8 +10,9 @@ import pytest
 
 from composer.data.types import Question, QuestionSet
 from composer.errors import ConfigError
+from composer.pipeline.config import PipelineConfig
 from composer.study.experiment import SplitConfig, load_experiment, locate_study
-from composer.study.space import load_search_space
+from composer.study.space import load_search_space, parse_search_space
 from composer.study.study import make_pruner, make_sampler, split_questions
 
 MINIMAL = "name: demo\ncorpus: data/corpus.jsonl\nquestions: data/q.jsonl\nsearch_space: space.yaml\n"
@@ -77,6 +79,30 @@ def test_bad_experiments_name_the_field(tmp_path: Path, extra: str, field: str |
     assert err.value.path == str(path)
     if field is not None:
         assert err.value.field == field
+
+
+def test_every_config_file_reports_a_bad_value_alike(tmp_path: Path) -> None:
+    """Experiment, search space and pipeline config: the key, the message without pydantic's noise
+    ("Value error, ..."), the value given."""
+    def experiment(extra: str) -> Callable[[], object]:
+        return lambda: load_experiment(write(tmp_path / "e.yaml", MINIMAL + extra))
+
+    too_small = "Input should be greater than or equal to 1 (got 0)"
+    cases: list[tuple[Callable[[], object], str, str]] = [
+        (experiment("n_trials: 0\n"), "n_trials", too_small),
+        (experiment("objective: {metrics: {recall: -1}}\n"), "objective",
+         "weights must be >= 0 with a positive sum (check ['recall'])"),
+        (lambda: parse_search_space({"defaults": {"retrieval": {"k": 0}},
+                                     "dimensions": {"retrieval.mode": {"choices": ["bm25"]}}}),
+         "defaults.retrieval.k", too_small),
+        (lambda: parse_search_space({"dimensions": {"retrieval.k": {"choices": [0]}}}),
+         "dimensions.retrieval.k.choices", too_small),
+        (lambda: PipelineConfig.from_dict({"retrieval": {"k": 0}}), "retrieval.k", too_small),
+    ]
+    for load, field, message in cases:
+        with pytest.raises(ConfigError) as err:
+            load()
+        assert (err.value.field, err.value.message) == (field, message)
 
 
 def test_missing_and_malformed_files(tmp_path: Path) -> None:

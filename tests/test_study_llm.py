@@ -330,3 +330,29 @@ def test_the_shipped_llm_experiment_and_space_load_and_sample_valid_configs() ->
         expansions.add(config.query_expansion.method)
         study.tell(trial, 0.0)
     assert len(models) == 3 and expansions == {"none", "multi_query", "hyde"}
+
+
+def test_the_exported_winner_carries_its_llm_and_eval_reproduces_it_from_the_cache(
+    faulty: tuple[Study, str], server: FakeLLMServer, tmp_path: Path
+) -> None:
+    import yaml
+
+    study, _ = faulty
+    out = tmp_path / "best.yaml"
+    result = CliRunner().invoke(app, ["export", "-e", str(study.exp_file), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = yaml.safe_load(out.read_text(encoding="utf-8"))
+    generation = doc["pipeline"]["generation"]
+    assert generation["model"] == "openai/fake" and generation["api_base"] == server.url
+    assert generation["api_key_env"] == KEY_ENV and SECRET not in out.read_text(encoding="utf-8")
+
+    before = server.chat_requests
+    result = CliRunner().invoke(app, [
+        "eval", str(study.exp.questions), "--corpus", str(study.exp.corpus), "--config", str(out),
+        "--workdir", str(study.exp.work_dir), "--metrics", "answer_correctness,faithfulness,llm_judge_rating",
+        "--json"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.stdout)["metrics"]
+    for name in ("recall@5", "answer_correctness", "faithfulness", "llm_judge_rating", "token_f1"):
+        assert metrics[name] == pytest.approx(doc["scores"][name], abs=1e-12), name
+    assert server.chat_requests == before  # the same calls as the trial's: all from the cache

@@ -13,8 +13,8 @@ from sqlalchemy import exc
 from composer.study import study as study_module
 from composer.study.experiment import load_experiment
 from composer.study.seeding import TrialSeededSampler
-from composer.study.space import load_search_space
-from composer.study.study import SurplusTrial, make_sampler
+from composer.study.space import load_search_space, parse_search_space
+from composer.study.study import SurplusTrial, make_sampler, open_study
 from composer.study.tracking import ROLE_TAG, StudyTracker
 
 EXPERIMENT = """
@@ -94,6 +94,26 @@ def test_each_trial_draws_from_its_own_seed(tmp_path: Path, repo_root: Path) -> 
     assert first == alone
     # A second worker's trials (numbers 4..7) do not replay the first worker's (0..3).
     assert proposals(seeded(), space, 4, after=4) != first
+
+
+def test_grid_workers_share_one_grid_order_and_never_repeat_a_point(tmp_path: Path) -> None:
+    """Every grid trial's point is an index into the seeded grid order: two workers (and every trial)
+    must read it in the same order, or trials repeat points while others are never run."""
+    (tmp_path / "e.yaml").write_text(EXPERIMENT.replace("random", "grid") + "workdir: .\n", encoding="utf-8")
+    exp = load_experiment(tmp_path / "e.yaml")
+    space = parse_search_space({"dimensions": {"retrieval.mode": {"choices": ["bm25", "dense", "hybrid"]},
+                                               "retrieval.k": {"choices": [1, 5, 10]},
+                                               "chunking.size": {"choices": [400, 800]}}})
+    workers = [open_study(exp, space), open_study(exp, space)]
+
+    def objective(trial: optuna.Trial) -> float:
+        space.sample(trial)
+        return 0.0
+
+    for i in range(18):
+        workers[i % 2].optimize(objective, n_trials=1)
+    seen = {tuple(sorted(t.params.items())) for t in workers[0].trials}
+    assert len(workers[0].trials) == 18 and len(seen) == 18  # the whole grid, each point once
 
 
 def test_a_trial_started_past_the_target_is_surplus(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from sample_study import write_sample_study
 from sqlalchemy.exc import OperationalError
 
 from composer.study.experiment import load_experiment
@@ -51,13 +52,8 @@ def snapshot(url: str) -> list[optuna.trial.FrozenTrial]:
 
 
 @pytest.mark.timeout(400)
-def test_a_killed_study_resumes_without_losing_or_rerunning_trials(tmp_path: Path, repo_root: Path) -> None:
-    sample = repo_root / "examples" / "arcd-sample"
-    lines = (sample / "questions.jsonl").read_text(encoding="utf-8").splitlines()[:45]
-    (tmp_path / "questions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (tmp_path / "space.yaml").write_text(SPACE, encoding="utf-8")
-    exp_file = tmp_path / "experiment.yaml"
-    exp_file.write_text(EXPERIMENT.format(corpus=sample / "corpus.jsonl"), encoding="utf-8")
+def test_a_killed_study_resumes_without_losing_or_rerunning_trials(tmp_path: Path) -> None:
+    exp_file = write_sample_study(tmp_path, space=SPACE, experiment=EXPERIMENT, n_questions=45)
     exp = load_experiment(exp_file)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "150"}
     log = (tmp_path / "first.log").open("w")

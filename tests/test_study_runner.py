@@ -11,11 +11,20 @@ import pytest
 
 from composer.data.types import Corpus, Document, Hit, Question, QuestionSet, Run
 from composer.generation import Answer, answer_questions
+from composer.llm.usage import active_trackers
 from composer.pipeline.config import PipelineConfig
 from composer.pipeline.pipeline import IndexInfo
 from composer.study.experiment import ObjectiveConfig
-from composer.study.runner import StudyData, TrialRunner, config_hash, score_pipeline
+from composer.study.runner import (
+    LLM_USAGE_ATTR,
+    StudyData,
+    TrialLog,
+    TrialRunner,
+    config_hash,
+    score_pipeline,
+)
 from composer.study.space import parse_search_space
+from composer.study.study import llm_totals
 from composer.study.tracking import MASK, flatten, mlflow_metric_name, scrub
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -58,22 +67,59 @@ class ScriptedPipeline:
         return answer_questions(questions, run)  # the offline extractive answerer
 
 
+@dataclass
+class SpendingPipeline(ScriptedPipeline):
+    """Makes one (pretend) LLM call per batch it answers: 10 prompt tokens a question, $0.25."""
+
+    def answer(
+        self, questions: Sequence[Question], run: Run, *, max_failures: int | None = None
+    ) -> dict[str, Answer]:
+        for usage in active_trackers():
+            usage.record_call(cached=False, failed=None)
+            usage.record_request(10 * len(questions), 1, 0.25)
+        return super().answer(questions, run, max_failures=max_failures)
+
+
 class ScriptedData(StudyData):
     built: list[ScriptedPipeline]
+    kind: type[ScriptedPipeline] = ScriptedPipeline
 
     def pipeline(self, config: PipelineConfig) -> ScriptedPipeline:
-        made = ScriptedPipeline(config, good=config.retrieval.mode == "bm25")
+        made = self.kind(config, good=config.retrieval.mode == "bm25")
         self.built.append(made)
         return made
 
 
-def data(dims: dict[str, object] | None = None, batch_size: int = 4) -> ScriptedData:
+def data(dims: dict[str, object] | None = None, batch_size: int = 4,
+         kind: type[ScriptedPipeline] = ScriptedPipeline) -> ScriptedData:
     dims = dims or {"retrieval.mode": {"choices": ["bm25", "dense"]}, "retrieval.k": {"choices": [3]}}
     d = ScriptedData(corpus=CORPUS, questions=QUESTIONS, space=parse_search_space({"dimensions": dims}),
                      objective=ObjectiveConfig(k=3, metrics={"recall": 1.0, "token_f1": 1.0}),
                      workdir=Path("unused"), batch_size=batch_size)
-    d.built = []
+    d.built, d.kind = [], kind
     return d
+
+
+class Logged:
+    """A tracker that keeps what the runner would send to MLflow."""
+
+    def __init__(self) -> None:
+        self.logs: dict[int, TrialLog] = {}
+
+    def log_trial(self, log: TrialLog) -> str:
+        self.logs[log.number] = log
+        return str(log.number)
+
+
+def good_poor_and_repeat(d: ScriptedData, tracker: Logged | None = None) -> optuna.Study:
+    """A complete trial, a pruned one (after its first batch of 4 questions), a repeat of the first."""
+    study = optuna.create_study(direction="maximize",
+                                pruner=optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0))
+    for mode in ("bm25", "dense", "bm25"):
+        study.enqueue_trial({"retrieval.mode": mode, "retrieval.k": 3})
+    study.optimize(TrialRunner(d, tracker), n_trials=3)  # type: ignore[arg-type]
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "PRUNED", "COMPLETE"]
+    return study
 
 
 def test_score_pipeline_reports_a_growing_report_per_batch() -> None:
@@ -119,6 +165,36 @@ def test_a_poor_trial_is_pruned_between_batches() -> None:
     assert poor.state == optuna.trial.TrialState.PRUNED
     assert poor.user_attrs["pruned_at"] == {"step": 0, "questions": 4}
     assert d.built[1].calls == [4]  # stopped after the first batch
+
+
+def test_a_pruned_trial_logs_its_running_composite_apart_from_complete_ones() -> None:
+    """In MLflow a pruned trial's composite over its first questions must not pass for a result: it is
+    ``composite_at_prune``, with where it stopped; Optuna keeps its intermediate values."""
+    tracker = Logged()
+    study = good_poor_and_repeat(data(), tracker)
+    good, poor, _ = study.trials
+    pruned = tracker.logs[1].metrics
+    assert "composite" not in pruned
+    assert pruned["composite_at_prune"] == poor.intermediate_values[0] == tracker.logs[1].steps[-1]
+    assert pruned["pruned_at_step"] == 0 and pruned["pruned_at_questions"] == 4
+    assert tracker.logs[0].metrics["composite"] == pytest.approx(good.value)
+    assert "composite_at_prune" not in tracker.logs[0].metrics
+    assert tracker.logs[2].metrics["composite"] == tracker.logs[0].metrics["composite"]  # the repeat
+
+
+def test_every_trial_records_its_own_llm_spending_for_the_study_totals() -> None:
+    study = good_poor_and_repeat(data(kind=SpendingPipeline))
+    good, poor, repeat = study.trials
+    # 10 questions in batches of 4: three calls; the pruned trial answered one batch; the repeat none.
+    assert good.user_attrs[LLM_USAGE_ATTR]["llm_calls"] == 3
+    assert good.user_attrs[LLM_USAGE_ATTR]["llm_prompt_tokens"] == 100
+    assert poor.user_attrs[LLM_USAGE_ATTR]["llm_calls"] == 1
+    assert LLM_USAGE_ATTR not in repeat.user_attrs
+    totals = llm_totals(study)
+    assert totals["llm_calls"] == 4 and totals["llm_cached_calls"] == 0
+    assert totals["llm_prompt_tokens"] == 140 and totals["llm_total_tokens"] == 144
+    assert totals["llm_cost_usd"] == 1.0
+    assert llm_totals(good_poor_and_repeat(data())) == {}  # no LLM, nothing to sum
 
 
 def test_a_failing_trial_fails_alone_with_its_error_recorded() -> None:

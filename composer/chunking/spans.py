@@ -6,39 +6,20 @@ chunk built from them starts and ends on a non-space character and its offsets s
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
 
-from composer.text.sentences import sentence_spans
+from composer.text.sentences import Span, sentence_spans, split_after, trim
 
-Span = tuple[int, int]
 Splitter = Callable[[str, int, int], list[Span]]
 """Split ``text[start:end]`` into trimmed pieces; one piece back means "no split point here"."""
 
 
-def trim(text: str, start: int, end: int) -> Span | None:
-    """The span without leading and trailing whitespace, or None when nothing else is left."""
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return (start, end) if end > start else None
-
-
 def cut_after(pattern: str) -> Splitter:
     """A splitter that cuts right after each match, so a separator stays with the piece before it."""
-    regex = re.compile(pattern)
-
-    def split(text: str, start: int, end: int) -> list[Span]:
-        pieces: list[Span] = []
-        for m in regex.finditer(text, start, end):
-            _add(text, start, m.end(), pieces)
-            start = m.end()
-        _add(text, start, end, pieces)
-        return pieces
-
-    return split
+    return functools.partial(split_after, re.compile(pattern))
 
 
 def sentences(text: str, start: int, end: int) -> list[Span]:
@@ -141,9 +122,3 @@ def _even_target(remaining: int, size: int, overlap: int) -> float:
         return size
     n = math.ceil((remaining - overlap) / (size - overlap))
     return overlap + (remaining - overlap) / n
-
-
-def _add(text: str, start: int, end: int, pieces: list[Span]) -> None:
-    span = trim(text, start, end)
-    if span is not None:
-        pieces.append(span)

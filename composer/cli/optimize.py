@@ -24,10 +24,8 @@ def optimize_command(
     ),
 ) -> None:
     """Search the configuration space; every trial goes to MLflow. Run it again to continue the study."""
-    from rich.console import Console
-
     from composer.study.experiment import load_experiment
-    from composer.study.leaderboard import render_leaderboard
+    from composer.study.leaderboard import render_leaderboard, report_console
     from composer.study.study import run_study
 
     # MLflow logs its table migrations and trace flushes at INFO; the live view is the progress report.
@@ -35,12 +33,12 @@ def optimize_command(
     exp = load_experiment(experiment)
     if storage is not None:
         exp = exp.model_copy(update={"storage": storage})
-    err = Console(stderr=True)
+    err = report_console(stderr=True)
     result = run_study(exp, n_trials=n_trials, study_name=study_name, console=err)
     errors = result.summary["errors"]
     if result.summary["n_complete"] == 0 and errors:
         raise ComposerError(f"no trial of study {result.name} completed; first error: {errors[0]}")
-    out = Console()
+    out = report_console()
     out.print(render_leaderboard(result.leaderboard, title=f"study {result.name}", limit=10))
     summary = result.summary
     if summary["best_trial"] is not None:
@@ -50,6 +48,11 @@ def optimize_command(
     out.print(f"indexes: {enc['unique_index_keys']} unique keys, {enc['index_builds']} built "
               f"({enc['encode_passes']} encode passes), {enc['index_reuses']} reused; "
               f"{enc['repeats_skipped']} repeated configs answered from earlier trials", highlight=False)
+    llm = summary.get("llm_usage")
+    if llm:
+        out.print(f"LLM: {llm['llm_calls']:.0f} calls ({llm['llm_cached_calls']:.0f} cached), "
+                  f"{llm['llm_total_tokens']:.0f} tokens, ${llm['llm_cost_usd']:.4f} over all trials",
+                  highlight=False)
     held = summary.get("held_out")
     if held and "difference" in held:
         d = held["difference"]
@@ -59,9 +62,12 @@ def optimize_command(
                   f"{held['runner_up']['held_out_composite']:.4f}; difference {d['mean']:+.4f} "
                   f"95% CI [{d['ci95'][0]:+.4f}, {d['ci95'][1]:+.4f}] – really better: {verdict}",
                   highlight=False)
-    elif held:
+    elif held and "winner" in held:
         out.print(f"held-out ({held['n_questions']} questions): winner #{held['winner']['trial']} "
                   f"{held['winner']['held_out_composite']:.4f}", highlight=False)
+    if held and "error" in held:
+        out.print(f"held-out ({held['n_questions']} questions): {held['error']}", markup=False,
+                  highlight=False)
     out.print(f"MLflow: {result.tracking_uri} (composer ui --experiment {experiment}) · "
               f"export: composer export {result.name} --experiment {experiment} --out best.yaml",
               highlight=False)

@@ -23,10 +23,8 @@ def trials_command(
     as_csv: bool = typer.Option(False, "--csv", help="Print the leaderboard as CSV on stdout."),
 ) -> None:
     """Rank a study's trials by the composite objective (complete first, then pruned and failed)."""
-    from rich.console import Console
-
     from composer.study.experiment import locate_study
-    from composer.study.leaderboard import leaderboard, render_leaderboard
+    from composer.study.leaderboard import leaderboard, render_leaderboard, report_console
     from composer.study.study import load_study
 
     name, url, _ = locate_study(study, experiment, storage)
@@ -34,4 +32,5 @@ def trials_command(
     if as_csv:
         sys.stdout.write(board.head(limit).to_csv(index=False) if limit else board.to_csv(index=False))
         return
-    Console().print(render_leaderboard(board, title=f"study {name} ({len(board)} trials)", limit=limit))
+    table = render_leaderboard(board, title=f"study {name} ({len(board)} trials)", limit=limit)
+    report_console().print(table)

@@ -16,8 +16,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from composer.data.fields import IdMaker, UniqueIds, Where, as_id, as_metadata, as_text, split_fields
-from composer.data.readers import memory_records, read_records, read_text
+from composer.data.fields import IdMaker, Where, as_id, as_metadata, as_text, parse_rows, split_fields
+from composer.data.readers import read_source, read_text
 from composer.data.types import Corpus, Document
 from composer.errors import InputError
 
@@ -38,16 +38,8 @@ def load_corpus(source: Any) -> Corpus:
     list of dicts."""
     if isinstance(source, (str, Path)) and Path(source).is_dir():
         return _load_folder(Path(source))
-    records = read_records(source) if isinstance(source, (str, Path)) else memory_records(source)
-    unique = UniqueIds("document", records.unit)
-    make_id = IdMaker("d")
-    documents: list[Document] = []
-    for line, row in records.rows:
-        where = Where(records.source, line, records.tabular)
-        document = _document(row, where, make_id)
-        unique.add(document.id, where)
-        documents.append(document)
-    return Corpus(documents, records.source)
+    records = read_source(source)
+    return Corpus([doc for _, doc in parse_rows(records, "document", "d", _document)], records.source)
 
 
 def _document(row: dict[str, Any], where: Where, make_id: IdMaker) -> Document:

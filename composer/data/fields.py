@@ -12,10 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
+from composer.data.readers import Records
 from composer.errors import InputError
 
 _ID_SEPARATORS = re.compile(r"[|;]")
@@ -151,6 +152,30 @@ class UniqueIds:
             raise where.error(
                 f"duplicate {self.kind} id '{item_id}' ({self.unit}s {first} and {where.line})", field="id"
             )
+
+
+class _Identified(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+Item = TypeVar("Item", bound=_Identified)
+
+
+def parse_rows(
+    records: Records, kind: str, id_prefix: str, parse: Callable[[dict[str, Any], Where, IdMaker], Item]
+) -> list[tuple[int, Item]]:
+    """(line, item) per row: ``parse`` makes the item (ids it lacks come from ``IdMaker(id_prefix)``), and a
+    second item with an id already seen is rejected, naming both lines."""
+    unique = UniqueIds(kind, records.unit)
+    make_id = IdMaker(id_prefix)
+    items: list[tuple[int, Item]] = []
+    for line, row in records.rows:
+        where = Where(records.source, line, records.tabular)
+        item = parse(row, where, make_id)
+        unique.add(item.id, where)
+        items.append((line, item))
+    return items
 
 
 def _kind(value: Any) -> str:

@@ -19,11 +19,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
-from composer.data.fields import IdMaker, UniqueIds, Where, as_id, as_list, as_metadata, as_text, split_fields
-from composer.data.readers import memory_records, read_records
+from composer.data.fields import (
+    IdMaker,
+    Where,
+    as_id,
+    as_list,
+    as_metadata,
+    as_text,
+    parse_rows,
+    split_fields,
+)
+from composer.data.readers import read_source
 from composer.data.types import Corpus, Question, QuestionSet
 from composer.errors import InputError
 
@@ -47,20 +55,11 @@ def load_questions(source: Any, *, corpus: Corpus | None = None, strict: bool = 
     With ``corpus``, relevant ids that name no document (nor a chunk of one) are reported: a warning on the
     ``composer.data.questions`` logger, or an InputError when ``strict``.
     """
-    records = read_records(source) if isinstance(source, (str, Path)) else memory_records(source)
-    unique = UniqueIds("question", records.unit)
-    make_id = IdMaker("q")
-    questions: list[Question] = []
-    lines: list[int] = []
-    for line, row in records.rows:
-        where = Where(records.source, line, records.tabular)
-        question = _question(row, where, make_id)
-        unique.add(question.id, where)
-        questions.append(question)
-        lines.append(line)
-    question_set = QuestionSet(questions, records.source)
+    records = read_source(source)
+    rows = parse_rows(records, "question", "q", _question)
+    question_set = QuestionSet([q for _, q in rows], records.source)
     if corpus is not None:
-        _check_relevant_ids(question_set, lines, corpus, strict=strict)
+        _check_relevant_ids(question_set, [line for line, _ in rows], corpus, strict=strict)
     return question_set
 
 

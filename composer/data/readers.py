@@ -53,6 +53,11 @@ class Records:
     unit: str
 
 
+def read_source(source: Any) -> Records:
+    """Rows of a path (see ``read_records``), a DataFrame or a list of dicts (see ``memory_records``)."""
+    return read_records(source) if isinstance(source, (str, Path)) else memory_records(source)
+
+
 def read_records(path: str | Path) -> Records:
     """Read a JSONL, JSON array, CSV/TSV, XLSX or Parquet file; raise InputError on anything unreadable."""
     p = Path(path)

@@ -98,6 +98,8 @@ class QuestionSet:
         return QuestionSet([q for q in self.questions if q.id in wanted], self.source)
 
     def fingerprint(self) -> str:
+        """Content hash of every field scoring reads (metadata aside), in order: reports and studies
+        record it, so scores of an edited question set are never taken for scores of the old one."""
         h = hashlib.sha256()
         for q in self.questions:
             h.update(

@@ -11,6 +11,7 @@ import numpy as np
 
 from composer.embedding.base import PrefixedEmbedder
 from composer.errors import ComposerError
+from composer.llm.faults import retry_after
 
 _SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET)", re.IGNORECASE)
 _MAX_BACKOFF_S = 60.0
@@ -26,11 +27,8 @@ def redact_secrets(message: str) -> str:
 
 def retry_delay(exc: BaseException, attempt: int) -> float:
     """The server's Retry-After when it sends one, else exponential backoff: 1, 2, 4, ... seconds."""
-    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
-    try:
-        return min(_MAX_BACKOFF_S, max(0.0, float(headers.get("retry-after", ""))))
-    except ValueError:
-        return min(_MAX_BACKOFF_S, 2.0**attempt)
+    wanted = retry_after(exc)
+    return min(_MAX_BACKOFF_S, 2.0**attempt if wanted is None else wanted)
 
 
 class LiteLLMEmbedder(PrefixedEmbedder):

@@ -9,8 +9,8 @@ from dataclasses import replace
 from composer.data.types import Corpus, Hit, Question, QuestionSet, Run
 from composer.errors import InputError
 from composer.evaluation.report import EvaluationReport, SampleRecord
-from composer.metrics.answer import is_refusal
 from composer.metrics.matching import MatchMode, Universe, default_match_mode, judge, trec_order
+from composer.metrics.refusal import is_refusal
 from composer.metrics.retrieval import RETRIEVAL_METRICS, metric_key
 from composer.metrics.scorers import AnswerScorer, default_scorers
 
@@ -54,12 +54,13 @@ def evaluate_run(
     samples = []
     for q in questions:
         hits = trec_order(run.get(q.id, []))
-        record = SampleRecord(q.id, q.question, retrieved=_with_text(hits[: cutoffs[-1]], corpus, universe))
+        full = _with_text(hits, corpus, universe)
+        record = SampleRecord(q.id, q.question, retrieved=full[: cutoffs[-1]])
         if latency is not None and q.id in latency:
             record.latency.update(latency[q.id])
         _score_retrieval(record, q, hits, mode, cutoffs, corpus, universe)
-        if any(h.text for h in record.retrieved):
-            record.context_tokens = context_tokens(h.text for h in record.retrieved if h.text)
+        if any(h.text for h in full):
+            record.context_tokens = context_tokens(h.text for h in full if h.text)
         if answers is not None:
             _score_answer(record, q, answers.get(q.id), answer_scorers)
         samples.append(record)
@@ -77,7 +78,10 @@ def evaluate_run(
 
 
 def context_tokens(texts: Iterable[str]) -> int:
-    """Whitespace tokens of the texts: a cheap, model-independent measure of the context retrieved."""
+    """Whitespace tokens of the texts: a cheap, model-independent measure of the context retrieved.
+
+    Counted over every hit of the run (the trial's whole k), so it measures what a generator would read.
+    """
     return sum(len(t.split()) for t in texts)
 
 

@@ -36,7 +36,6 @@ from composer.judges import (
 from composer.llm import LLMClient, LLMConfig, Usage, track_usage
 from composer.metrics.matching import MatchMode, default_match_mode
 from composer.metrics.refusal import is_refusal
-from composer.text import tokenize
 
 if TYPE_CHECKING:
     from composer.pipeline.config import PipelineConfig
@@ -139,13 +138,13 @@ class Scored:
     judge: str | None = None
 
     def secondary_metrics(self) -> dict[str, float]:
-        """Cost metrics: mean latency per question and mean context size (tokens of all k hits)."""
+        """Cost metrics: mean latency per question and mean context size (whitespace tokens of all k hits)."""
         n = max(len(self.timings), 1)
         latency = sum(
             t.expand_s + t.retrieve_s + t.rerank_s + t.generate_s for t in self.timings.values()
         ) / n
-        tokens = sum(len(tokenize(h.text)) for hits in self.run.values() for h in hits if h.text)
-        return {"latency_ms": 1000.0 * latency, "context_tokens": tokens / max(len(self.run), 1)}
+        counts = [s.context_tokens for s in self.report.samples if s.context_tokens is not None]
+        return {"latency_ms": 1000.0 * latency, "context_tokens": sum(counts) / max(len(counts), 1)}
 
     def llm_metrics(self) -> dict[str, float]:
         """``usage_metrics`` plus the judge's rating on its 1-5 scale (``llm_judge_rating_5``)."""
@@ -317,10 +316,7 @@ def _merge(
 def _llm_section(
     report: EvaluationReport, usage: Usage, budget: FailureBudget, generator: str | None, judge: str | None
 ) -> dict[str, Any]:
-    stages: dict[str, int] = {}
-    for s in report.samples:
-        if s.error is not None:
-            stages[s.error.stage] = stages.get(s.error.stage, 0) + 1
+    stages = {stage: sum(kinds.values()) for stage, kinds in report.error_counts().items()}
     rating = report.stats().get("llm_judge_rating")
     return {
         "generator": generator,

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from composer.data.types import Hit
+from composer.files import write_atomic
 from composer.metrics import stats as metric_stats
 
 
@@ -26,10 +25,6 @@ class StageError:
     stage: str
     kind: str
     message: str
-
-    @classmethod
-    def from_exception(cls, stage: str, exc: BaseException) -> StageError:
-        return cls(stage, type(exc).__name__, str(exc))
 
 
 @dataclass
@@ -205,6 +200,7 @@ class EvaluationReport:
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per sample: ids, answer, every metric, latency per stage, skip reasons and error."""
+        names = self.metric_names  # once: it scans every sample
         rows = []
         for s in self.samples:
             row: dict[str, Any] = {
@@ -214,7 +210,7 @@ class EvaluationReport:
                 "answer": s.answer,
                 "context_tokens": s.context_tokens,
             }
-            row.update({name: s.metrics.get(name) for name in self.metric_names})
+            row.update({name: s.metrics.get(name) for name in names})
             row.update({f"latency_{stage}_s": sec for stage, sec in s.latency.items()})
             row.update({f"skipped_{group}": reason for group, reason in s.skipped.items()})
             row["error"] = None if s.error is None else f"{s.error.stage}: {s.error.kind}: {s.error.message}"
@@ -253,15 +249,3 @@ def _finite(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [_finite(v) for v in obj]
     return obj
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same directory and os.replace: readers never see half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise

@@ -9,13 +9,19 @@ collection ``exists``, so a build that crashed half-way is rebuilt rather than r
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from typing import Any, Literal, Protocol, runtime_checkable
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
 from composer.data.types import Hit
+from composer.errors import ComposerError
 from composer.index.bm25 import SparseVector
+
+
+class IndexBuildLost(ComposerError):
+    """A collection being built was dropped or rebuilt by another worker before this build finished."""
+
 
 DENSE = "dense"
 SPARSE = "bm25"
@@ -24,6 +30,10 @@ Fusion = Literal["rrf", "dbsf"]
 UPSERT_BATCH = 256
 QUERY_BATCH = 256
 _POINT_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "composer/index/point")
+
+T = TypeVar("T")
+Point = tuple[str, dict[str, Any], dict[str, Any]]
+"""(point id, vectors by name, payload): what both bindings build their point type from."""
 
 
 class ChunkLike(Protocol):
@@ -116,16 +126,50 @@ def to_hit(payload: dict[str, Any] | None, score: float) -> Hit:
     return Hit(id=str(p["chunk_id"]), score=float(score), text=p.get("text"), doc_id=p.get("doc_id"))
 
 
-def check_upsert(
-    chunks: Sequence[ChunkLike], dense: np.ndarray | None, sparse: Sequence[SparseVector] | None
-) -> None:
-    """Rows must line up with chunks: a silent misalignment would index vectors under the wrong text."""
+def batched(items: list[T], size: int) -> Iterator[list[T]]:
+    for lo in range(0, len(items), size):
+        yield items[lo : lo + size]
+
+
+def point_batches(
+    chunks: Sequence[ChunkLike],
+    dense: np.ndarray | None,
+    sparse: Sequence[SparseVector] | None,
+    sparse_type: Callable[[SparseVector], Any],
+) -> Iterator[list[Point]]:
+    """The points of an upsert, checked at once and built one batch of ``UPSERT_BATCH`` at a time (a
+    whole corpus as Python float lists would not fit); ``sparse_type`` makes the binding's sparse vector.
+
+    Rows must line up with chunks: a silent misalignment would index vectors under the wrong text.
+    """
     if dense is None and sparse is None:
         raise ValueError("upsert needs dense or sparse vectors")
     if dense is not None and (dense.ndim != 2 or len(dense) != len(chunks)):
         raise ValueError(f"dense has shape {dense.shape}, expected ({len(chunks)}, dim)")
     if sparse is not None and len(sparse) != len(chunks):
         raise ValueError(f"{len(sparse)} sparse vectors for {len(chunks)} chunks")
+    return (_points(lo, chunks, dense, sparse, sparse_type) for lo in range(0, len(chunks), UPSERT_BATCH))
+
+
+def _points(
+    lo: int,
+    chunks: Sequence[ChunkLike],
+    dense: np.ndarray | None,
+    sparse: Sequence[SparseVector] | None,
+    sparse_type: Callable[[SparseVector], Any],
+) -> list[Point]:
+    """The batch of points starting at chunk ``lo``."""
+    hi = min(lo + UPSERT_BATCH, len(chunks))
+    rows = dense[lo:hi].astype(np.float32).tolist() if dense is not None else None
+    points: list[Point] = []
+    for i in range(lo, hi):
+        vector: dict[str, Any] = {}
+        if rows is not None:
+            vector[DENSE] = rows[i - lo]
+        if sparse is not None:
+            vector[SPARSE] = sparse_type(sparse[i])
+        points.append((point_id(chunks[i].id), vector, payload(chunks[i])))
+    return points
 
 
 def query_rows(queries: np.ndarray) -> list[list[float]]:
@@ -134,3 +178,18 @@ def query_rows(queries: np.ndarray) -> list[list[float]]:
         raise ValueError(f"query vectors must be a 2-d array, got shape {queries.shape}")
     rows: list[list[float]] = queries.astype(np.float32).tolist()
     return rows
+
+
+def hybrid_queries(
+    dense: np.ndarray, sparse: Sequence[SparseVector]
+) -> list[tuple[list[float], SparseVector]]:
+    """(dense row, sparse vector) per query: the two halves of one hybrid query must pair up."""
+    if len(dense) != len(sparse):
+        raise ValueError(f"{len(dense)} dense and {len(sparse)} sparse queries")
+    return list(zip(query_rows(dense), sparse, strict=True))
+
+
+def require_dense(name: str, state: Mapping[str, Any] | None) -> None:
+    """A dense search on a BM25-only collection is a caller's mistake, not an empty result."""
+    if state is not None and not state["dim"]:
+        raise ValueError(f"index {name!r} is BM25-only: it has no dense vectors")

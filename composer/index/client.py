@@ -25,13 +25,14 @@ from composer.index.base import (
     DENSE,
     QUERY_BATCH,
     SPARSE,
-    UPSERT_BATCH,
     ChunkLike,
     Fusion,
-    check_upsert,
-    payload,
-    point_id,
+    IndexBuildLost,
+    batched,
+    hybrid_queries,
+    point_batches,
     query_rows,
+    require_dense,
     to_hit,
 )
 from composer.index.bm25 import SparseVector
@@ -81,29 +82,17 @@ class ClientBackend:
     ) -> None:
         from qdrant_client import models
 
-        check_upsert(chunks, dense, sparse)
-        for lo in range(0, len(chunks), UPSERT_BATCH):
-            hi = min(lo + UPSERT_BATCH, len(chunks))
-            rows = dense[lo:hi].astype(np.float32).tolist() if dense is not None else None
-            points = []
-            for i in range(lo, hi):
-                vector: dict[str, Any] = {}
-                if rows is not None:
-                    vector[DENSE] = rows[i - lo]
-                if sparse is not None:
-                    vector[SPARSE] = models.SparseVector(indices=sparse[i].indices, values=sparse[i].values)
-                points.append(
-                    models.PointStruct(id=point_id(chunks[i].id), vector=vector, payload=payload(chunks[i]))
-                )
+        for batch in point_batches(chunks, dense, sparse, _sparse):
+            points = [models.PointStruct(id=pid, vector=vector, payload=data) for pid, vector, data in batch]
             self.client.upsert(name, points, wait=True)
 
     def finish(self, name: str) -> None:
         """Servers index in the background on their own; only the completion flag is ours to set."""
         state = self._state(name)
         if state is None:
-            raise ComposerError(f"index {name!r} vanished during its build")
+            raise IndexBuildLost(f"index {name!r} vanished during its build")
         if state.get("build") != self._builds.get(name):
-            raise ComposerError(f"index {name!r} was rebuilt by another worker during this build; "
+            raise IndexBuildLost(f"index {name!r} was rebuilt by another worker during this build; "
                                 "run again: the finished one is reused")
         self.client.update_collection(name, metadata={_META_KEY: {**state, "complete": True}})
         self._builds.pop(name, None)
@@ -124,7 +113,7 @@ class ClientBackend:
     def search_dense(self, name: str, queries: np.ndarray, k: int) -> list[list[Hit]]:
         from qdrant_client import models
 
-        self._require_dense(name)
+        require_dense(name, self._state(name))
         return self._run(
             name,
             [
@@ -157,9 +146,8 @@ class ClientBackend:
     ) -> list[list[Hit]]:
         from qdrant_client import models
 
-        self._require_dense(name)
-        if len(dense) != len(sparse):
-            raise ValueError(f"{len(dense)} dense and {len(sparse)} sparse queries")
+        require_dense(name, self._state(name))
+        pairs = hybrid_queries(dense, sparse)
         fuse: models.RrfQuery | models.FusionQuery = (
             models.RrfQuery(rrf=models.Rrf(k=rrf_k))
             if fusion == "rrf"
@@ -176,7 +164,7 @@ class ClientBackend:
                 limit=k,
                 with_payload=True,
             )
-            for d, s in zip(query_rows(dense), sparse, strict=True)
+            for d, s in pairs
         ]
         return self._run(name, requests)
 
@@ -185,8 +173,8 @@ class ClientBackend:
 
     def _run(self, name: str, requests: list[Any]) -> list[list[Hit]]:
         out: list[list[Hit]] = []
-        for lo in range(0, len(requests), QUERY_BATCH):
-            for response in self.client.query_batch_points(name, requests[lo : lo + QUERY_BATCH]):
+        for batch in batched(requests, QUERY_BATCH):
+            for response in self.client.query_batch_points(name, batch):
                 out.append([to_hit(p.payload, p.score) for p in response.points])
         return out
 
@@ -196,11 +184,6 @@ class ClientBackend:
         metadata = self.client.get_collection(name).config.metadata or {}
         state = metadata.get(_META_KEY)
         return dict(state) if isinstance(state, dict) else None
-
-    def _require_dense(self, name: str) -> None:
-        state = self._state(name)
-        if state is not None and not state["dim"]:
-            raise ValueError(f"index {name!r} is BM25-only: it has no dense vectors")
 
 
 def _sparse(vec: SparseVector) -> Any:

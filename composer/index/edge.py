@@ -21,7 +21,6 @@ import os
 import secrets
 import shutil
 import socket
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,17 +29,19 @@ import numpy as np
 
 from composer.data.types import Hit
 from composer.errors import ComposerError
+from composer.files import write_atomic
 from composer.index.base import (
     DENSE,
     QUERY_BATCH,
     SPARSE,
-    UPSERT_BATCH,
     ChunkLike,
     Fusion,
-    check_upsert,
-    payload,
-    point_id,
+    IndexBuildLost,
+    batched,
+    hybrid_queries,
+    point_batches,
     query_rows,
+    require_dense,
     to_hit,
 )
 from composer.index.bm25 import SparseVector
@@ -102,19 +103,9 @@ class EdgeBackend:
     ) -> None:
         import qdrant_edge as qe
 
-        check_upsert(chunks, dense, sparse)
         shard = self._shard(name)
-        for lo in range(0, len(chunks), UPSERT_BATCH):
-            hi = min(lo + UPSERT_BATCH, len(chunks))
-            rows = dense[lo:hi].astype(np.float32).tolist() if dense is not None else None
-            points = []
-            for i in range(lo, hi):
-                vector: dict[str, Any] = {}
-                if rows is not None:
-                    vector[DENSE] = rows[i - lo]
-                if sparse is not None:
-                    vector[SPARSE] = qe.SparseVector(sparse[i].indices, sparse[i].values)
-                points.append(qe.Point(point_id(chunks[i].id), vector, payload(chunks[i])))
+        for batch in point_batches(chunks, dense, sparse, _sparse):
+            points = [qe.Point(pid, vector, data) for pid, vector, data in batch]
             shard.update(qe.UpdateOperation.upsert_points(points))
 
     def finish(self, name: str) -> None:
@@ -124,7 +115,7 @@ class EdgeBackend:
         shard.flush()
         state = self._state(name)
         if state is None:
-            raise ComposerError(f"index {name!r} vanished during its build")
+            raise IndexBuildLost(f"index {name!r} vanished during its build")
         self._write_state(name, {**state, "complete": True})
 
     def drop(self, name: str) -> None:
@@ -147,7 +138,7 @@ class EdgeBackend:
     def search_dense(self, name: str, queries: np.ndarray, k: int) -> list[list[Hit]]:
         import qdrant_edge as qe
 
-        self._require_dense(name)
+        require_dense(name, self._state(name))
         return self._run(
             name,
             [
@@ -180,9 +171,8 @@ class EdgeBackend:
     ) -> list[list[Hit]]:
         import qdrant_edge as qe
 
-        self._require_dense(name)
-        if len(dense) != len(sparse):
-            raise ValueError(f"{len(dense)} dense and {len(sparse)} sparse queries")
+        require_dense(name, self._state(name))
+        pairs = hybrid_queries(dense, sparse)
         # The stub types Fusion.Rrf/Dbsf apart from Fusion, which the binding accepts as the query.
         fuse: Any = qe.Fusion.Rrf(k=rrf_k) if fusion == "rrf" else qe.Fusion.Dbsf()
         limit = max(prefetch, k)
@@ -196,7 +186,7 @@ class EdgeBackend:
                 query=fuse,
                 with_payload=True,
             )
-            for d, s in zip(query_rows(dense), sparse, strict=True)
+            for d, s in pairs
         ]
         return self._run(name, requests)
 
@@ -216,9 +206,9 @@ class EdgeBackend:
 
         shard = self._shard(name)
         out: list[list[Hit]] = []
-        for lo in range(0, len(requests), QUERY_BATCH):
-            batch = shard.query_batch(qe.QueryBatchRequest(requests[lo : lo + QUERY_BATCH]))
-            out.extend([to_hit(p.payload, p.score) for p in points] for points in batch)
+        for batch in batched(requests, QUERY_BATCH):
+            results = shard.query_batch(qe.QueryBatchRequest(batch))
+            out.extend([to_hit(p.payload, p.score) for p in points] for points in results)
         return out
 
     def _shard(self, name: str) -> qdrant_edge.EdgeShard:
@@ -235,11 +225,6 @@ class EdgeBackend:
                 raise ComposerError(f"cannot open index {name!r} at {path}: {exc}") from exc
             _OPEN[path] = shard
         return shard
-
-    def _require_dense(self, name: str) -> None:
-        state = self._state(name)
-        if state is not None and not state["dim"]:
-            raise ValueError(f"index {name!r} is BM25-only: it has no dense vectors")
 
     def _dir(self, name: str) -> Path:
         """The shared directory of collection ``name``."""
@@ -272,17 +257,8 @@ class EdgeBackend:
             return None
 
     def _write_state(self, name: str, state: dict[str, Any]) -> None:
-        target = self._home(name) / "meta.json"
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".meta-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(state, f, ensure_ascii=False, indent=1)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        text = json.dumps(state, ensure_ascii=False, indent=1)
+        write_atomic(self._home(name) / "meta.json", text, fsync=True)
 
 
 def _worker_root(root: Path) -> Path:

@@ -7,7 +7,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -57,6 +57,10 @@ class LLMJudge(ABC):
     """
 
     name: str
+    needs_answer: ClassVar[bool] = True
+    """Grades the answer: an empty one or a refusal is left unscored (counted by the report, never 0)."""
+    needs_reference: ClassVar[bool] = False
+    """Compares the answer with a reference answer: without one the sample is left unscored."""
 
     def __init__(
         self, client: LLMClient, *, fallback: AnswerScorer | None = None, blend: float = 0.0
@@ -71,15 +75,21 @@ class LLMJudge(ABC):
 
     @abstractmethod
     async def _judge(
-        self, question: Question, answer: str | None, contexts: Sequence[str], references: list[str]
+        self, question: Question, answer: str, contexts: Sequence[str], references: list[str]
     ) -> Verdict:
-        """Grade one sample; raise JudgeError when the LLM cannot be used."""
+        """Grade one sample (``answer`` "" when there is none); raise JudgeError when the LLM cannot be
+        used. Samples the judge ``needs_answer`` or ``needs_reference`` for never get here without."""
 
     async def ajudge(
         self, question: Question, answer: str | None, contexts: Sequence[str], reference: Reference = None
     ) -> Verdict:
+        refs = references(question, reference)
+        if self.needs_answer and (skip := unscorable(answer)) is not None:
+            return Verdict(skip)
+        if self.needs_reference and not refs:
+            return Verdict(Score(None, "no reference answer"))
         try:
-            verdict = await self._judge(question, answer, contexts, references(question, reference))
+            verdict = await self._judge(question, answer or "", contexts, refs)
         except JudgeError as exc:
             return self._fall_back(question, answer, contexts, reference, exc)
         return self._blended(verdict, question, answer, contexts, reference)

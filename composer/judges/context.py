@@ -29,9 +29,10 @@ class ContextPrecisionJudge(LLMJudge):
     stands in when there is no reference); the score is their average precision in rank order."""
 
     name = "context_precision"
+    needs_answer = False  # judges the passages, by the answer only when there is no reference
 
     async def _judge(
-        self, question: Question, answer: str | None, contexts: Sequence[str], references: list[str]
+        self, question: Question, answer: str, contexts: Sequence[str], references: list[str]
     ) -> Verdict:
         passages = [" ".join(c.split()) for c in contexts if c.strip()]
         if not passages:
@@ -59,12 +60,12 @@ class ContextRecallJudge(LLMJudge):
     attributable to the contexts or not; the score is the attributable share."""
 
     name = "context_recall"
+    needs_answer = False
+    needs_reference = True
 
     async def _judge(
-        self, question: Question, answer: str | None, contexts: Sequence[str], references: list[str]
+        self, question: Question, answer: str, contexts: Sequence[str], references: list[str]
     ) -> Verdict:
-        if not references:
-            return Verdict(Score(None, "no reference answer"))
         sentences = [" ".join(s.split()) for s in split_sentences(references[0])]
         if not sentences:
             return Verdict(Score(None, "the reference answer is empty"))

@@ -9,7 +9,7 @@ from functools import partial
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from composer.data.types import Question
-from composer.judges.base import EmbedFn, LLMJudge, Similarity, Verdict, unscorable
+from composer.judges.base import EmbedFn, LLMJudge, Similarity, Verdict
 from composer.judges.prompts import CORRECTNESS
 from composer.llm.client import LLMClient
 from composer.llm.parse import parse_classification
@@ -47,6 +47,7 @@ class AnswerCorrectnessJudge(LLMJudge):
     """
 
     name = "answer_correctness"
+    needs_reference = True
 
     def __init__(
         self,
@@ -62,12 +63,8 @@ class AnswerCorrectnessJudge(LLMJudge):
         self.similarity = Similarity(embed) if embed is not None else None
 
     async def _judge(
-        self, question: Question, answer: str | None, contexts: Sequence[str], references: list[str]
+        self, question: Question, answer: str, contexts: Sequence[str], references: list[str]
     ) -> Verdict:
-        if (skip := unscorable(answer)) is not None or answer is None:
-            return Verdict(skip or Score(None, "empty answer"))
-        if not references:
-            return Verdict(Score(None, "no reference answer"))
         reference = references[0]
         lang = prompt_language(question.question)
         answer_statements, reference_statements = await asyncio.gather(

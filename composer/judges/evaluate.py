@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -33,6 +33,9 @@ from composer.llm.sync import run_sync
 from composer.llm.usage import Usage, track_usage
 from composer.metrics.refusal import is_refusal
 from composer.metrics.scorers import OverlapFaithfulnessScorer, TokenF1Scorer
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 JUDGE_METRICS: tuple[str, ...] = (
     "answer_correctness",
@@ -243,7 +246,15 @@ async def aanswer_and_judge(
     embed: EmbedFn | None = None,
     cache_dir: str | Path | None = None,
 ) -> AnswerJudgeResult:
-    """The async form of ``answer_and_judge``."""
+    """Generate an answer per question from its top hits in ``run`` and judge it.
+
+    ``corpus_texts`` maps hit (or document) ids to text for hits that carry none. ``judge`` is a config,
+    a client, or a model name inheriting ``llm``'s settings; by default the generator's model judges, at
+    temperature 0. ``answers`` (question id -> text) skips generation, e.g. to judge extractive answers.
+    ``metrics`` overrides ``settings.metrics``. ``embed`` feeds answer_correctness' similarity term and
+    answer_relevancy. Raises ComposerError naming the setting when no LLM is configured, and
+    FailureBudgetExceeded when too many samples fail.
+    """
     settings = settings or JudgeSettings()
     if metrics is not None:
         settings = JudgeSettings.model_validate({**settings.model_dump(), "metrics": tuple(metrics)})
@@ -344,43 +355,16 @@ async def _run_within_budget(
     return done
 
 
-def answer_and_judge(
-    questions: Sequence[Question],
-    run: Run,
-    corpus_texts: Mapping[str, str] | None,
-    llm: LLMConfig | LLMClient | None,
-    judge: LLMConfig | LLMClient | str | None = None,
-    *,
-    settings: JudgeSettings | None = None,
-    metrics: Sequence[str] | None = None,
-    template: str = "grounded",
-    temperature: float | None = None,
-    answers: Mapping[str, str] | None = None,
-    embed: EmbedFn | None = None,
-    cache_dir: str | Path | None = None,
-) -> AnswerJudgeResult:
-    """Generate an answer per question from its top hits in ``run`` and judge it.
+def blocking(async_fn: Callable[P, Coroutine[Any, Any, T]], name: str) -> Callable[P, T]:
+    """``async_fn`` as a plain function called ``name``, with the same parameters: run to completion on
+    the LLM loop (``run_sync``), so sync callers need no event loop of their own."""
 
-    ``corpus_texts`` maps hit (or document) ids to text for hits that carry none. ``judge`` is a config,
-    a client, or a model name inheriting ``llm``'s settings; by default the generator's model judges, at
-    temperature 0. ``answers`` (question id -> text) skips generation, e.g. to judge extractive answers.
-    ``metrics`` overrides ``settings.metrics``. ``embed`` feeds answer_correctness' similarity term and
-    answer_relevancy. Raises ComposerError naming the setting when no LLM is configured, and
-    FailureBudgetExceeded when too many samples fail.
-    """
-    return run_sync(
-        aanswer_and_judge(
-            questions,
-            run,
-            corpus_texts,
-            llm,
-            judge,
-            settings=settings,
-            metrics=metrics,
-            template=template,
-            temperature=temperature,
-            answers=answers,
-            embed=embed,
-            cache_dir=cache_dir,
-        )
-    )
+    def call(*args: P.args, **kwargs: P.kwargs) -> T:
+        return run_sync(async_fn(*args, **kwargs))
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"The blocking form of ``{async_fn.__name__}``: {async_fn.__doc__ or ''}"
+    return call
+
+
+answer_and_judge = blocking(aanswer_and_judge, "answer_and_judge")

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from functools import partial
 
 from composer.data.types import Question
-from composer.judges.base import LLMJudge, Verdict, unscorable
+from composer.judges.base import LLMJudge, Verdict
 from composer.judges.prompts import FAITHFULNESS
 from composer.llm.parse import parse_verdicts
 from composer.llm.prompt import numbered, prompt_language
@@ -22,10 +22,8 @@ class FaithfulnessJudge(LLMJudge):
     name = "faithfulness"
 
     async def _judge(
-        self, question: Question, answer: str | None, contexts: Sequence[str], references: list[str]
+        self, question: Question, answer: str, contexts: Sequence[str], references: list[str]
     ) -> Verdict:
-        if (skip := unscorable(answer)) is not None or answer is None:
-            return Verdict(skip or Score(None, "empty answer"))
         passages = [" ".join(c.split()) for c in contexts if c.strip()]
         if not passages:
             return Verdict(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from composer.data.types import Question
-from composer.judges.base import LLMJudge, Verdict, unscorable
+from composer.judges.base import LLMJudge, Verdict
 from composer.judges.prompts import RATING
 from composer.llm.parse import parse_rating
 from composer.llm.prompt import prompt_language
@@ -26,14 +26,11 @@ class RatingJudge(LLMJudge):
     """One call per answer; ``details["rating"]`` keeps the raw 1-5 value."""
 
     name = "llm_judge_rating"
+    needs_reference = True
 
     async def _judge(
-        self, question: Question, answer: str | None, contexts: Sequence[str], references: list[str]
+        self, question: Question, answer: str, contexts: Sequence[str], references: list[str]
     ) -> Verdict:
-        if (skip := unscorable(answer)) is not None or answer is None:
-            return Verdict(skip or Score(None, "empty answer"))
-        if not references:
-            return Verdict(Score(None, "no reference answer"))
         lang = prompt_language(question.question)
         reference = references[0] if len(references) == 1 else " / ".join(references)
         rating, why = await self._ask(

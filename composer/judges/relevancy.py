@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from composer.data.types import Question
-from composer.judges.base import EmbedFn, LLMJudge, Similarity, Verdict, unscorable
+from composer.judges.base import EmbedFn, LLMJudge, Similarity, Verdict
 from composer.judges.prompts import RELEVANCY
 from composer.llm.client import LLMClient
 from composer.llm.parse import parse_questions
@@ -33,10 +33,8 @@ class AnswerRelevancyJudge(LLMJudge):
         self.n = n
 
     async def _judge(
-        self, question: Question, answer: str | None, contexts: Sequence[str], references: list[str]
+        self, question: Question, answer: str, contexts: Sequence[str], references: list[str]
     ) -> Verdict:
-        if (skip := unscorable(answer)) is not None or answer is None:
-            return Verdict(skip or Score(None, "empty answer"))
         lang = prompt_language(question.question)
         generated, noncommittal = await self._ask(
             RELEVANCY, lang, parse_questions, answer=answer, n=str(self.n)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from composer.store import SqliteStore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS replies (
@@ -51,46 +51,26 @@ def cache_key(
 
 
 class LLMCache:
-    """Replies by cache key in SQLite (WAL: concurrent readers, writers wait on a busy timeout).
-
-    One connection per thread, as sqlite3 connections must not cross threads.
-    """
+    """Replies by cache key in one SQLite file, shared by processes and threads (see ``SqliteStore``)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._local = threading.local()
-        self._connect()  # create the schema now, so a bad path fails at construction
-
-    def _connect(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute(_SCHEMA)
-            self._local.conn = conn
-        return conn
+        self._store = SqliteStore(self.path, (_SCHEMA,), busy_timeout_s=60.0)
 
     def get(self, key: str) -> CachedReply | None:
-        row = (
-            self._connect()
-            .execute("SELECT text, prompt_tokens, completion_tokens, cost FROM replies WHERE key = ?", (key,))
-            .fetchone()
+        rows = self._store.query(
+            "SELECT text, prompt_tokens, completion_tokens, cost FROM replies WHERE key = ?", (key,)
         )
-        return CachedReply(row[0], int(row[1]), int(row[2]), row[3]) if row else None
+        return CachedReply(rows[0][0], int(rows[0][1]), int(rows[0][2]), rows[0][3]) if rows else None
 
     def put(self, key: str, model: str, reply: CachedReply) -> None:
-        self._connect().execute(
+        self._store.execute(
             "INSERT OR REPLACE INTO replies VALUES (?, ?, ?, ?, ?, ?, ?)",
             (key, model, reply.text, reply.prompt_tokens, reply.completion_tokens, reply.cost, time.time()),
         )
 
     def __len__(self) -> int:
-        return int(self._connect().execute("SELECT COUNT(*) FROM replies").fetchone()[0])
+        return int(self._store.query("SELECT COUNT(*) FROM replies")[0][0])
 
     def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
+        self._store.close()

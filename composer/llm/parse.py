@@ -14,12 +14,13 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from composer.text.normalize import fold_digits
+
 
 class ParseError(ValueError):
     """The reply holds no usable answer to what was asked."""
 
 
-_DIGITS = str.maketrans("٠١٢٣٤٥٦٧٨٩۰۱۲۳۴۵۶۷۸۹٫", "01234567890123456789.")
 _FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 _BARE_KEY = re.compile(r"([{,]\s*)([A-Za-z_][A-Za-z0-9_]*)\s*:")
@@ -29,7 +30,7 @@ _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
 
 def normalize_digits(text: str) -> str:
     """Arabic-Indic and Persian digits (and the Arabic decimal point) as ASCII."""
-    return text.translate(_DIGITS)
+    return fold_digits(text).replace("٫", ".")
 
 
 def extract_json(text: str) -> Any:

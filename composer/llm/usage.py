@@ -66,18 +66,6 @@ class Usage:
             if failed is not None:
                 self.failed_calls[failed] += 1
 
-    def merge(self, other: Usage) -> None:
-        with self._lock:
-            self.calls += other.calls
-            self.cached += other.cached
-            self.requests += other.requests
-            self.prompt_tokens += other.prompt_tokens
-            self.completion_tokens += other.completion_tokens
-            self.cost += other.cost
-            self.unpriced += other.unpriced
-            self.failed_attempts.update(other.failed_attempts)
-            self.failed_calls.update(other.failed_calls)
-
     def to_dict(self) -> dict[str, Any]:
         """Flat numbers for MLflow metrics and summary.json."""
         return {

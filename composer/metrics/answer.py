@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from functools import lru_cache
 
 from composer.metrics.refusal import is_refusal
 from composer.text import content_tokens, detect_language, tokenize
@@ -64,8 +65,14 @@ def unsupported(answer: str, contexts: Sequence[str], lang: str | None = None) -
     claimed = list(dict.fromkeys(tokenize(answer, lang, stopwords=True, stem=True)))
     backed: set[str] = set()
     for context in contexts:
-        backed.update(tokenize(context, lang, stem=True))
+        backed |= _stems(context, lang)
     return claimed, [t for t in claimed if t not in backed]
+
+
+@lru_cache(maxsize=8192)
+def _stems(text: str, lang: str) -> frozenset[str]:
+    """Cached: the same retrieved chunks back the answers of many questions and of every trial."""
+    return frozenset(tokenize(text, lang, stem=True))
 
 
 def overlap_faithfulness(answer: str, contexts: Sequence[str], lang: str | None = None) -> float | None:

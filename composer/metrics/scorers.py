@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -50,41 +51,43 @@ def _references(question: Question, reference: Reference) -> list[str]:
     return [r for r in refs if r.strip()]
 
 
-class TokenF1Scorer:
+class _GoldScorer(ABC):
+    """A scorer that compares the answer with the gold answers, all read in one shared language."""
+
+    name: str
+
+    def score(
+        self, question: Question, answer: str | None, contexts: Sequence[str], reference: Reference
+    ) -> Score:
+        text = _gradable(answer)
+        if isinstance(text, Score):
+            return text
+        golds = _references(question, reference)
+        if not golds:
+            return Score(None, "no reference answer")
+        return self._grade(text, golds, shared_language(text, *golds))
+
+    @abstractmethod
+    def _grade(self, answer: str, golds: list[str], lang: str) -> Score: ...
+
+
+class TokenF1Scorer(_GoldScorer):
     """SQuAD-style token F1 against the best-matching gold answer."""
 
     name = "token_f1"
 
-    def score(
-        self, question: Question, answer: str | None, contexts: Sequence[str], reference: Reference
-    ) -> Score:
-        text = _gradable(answer)
-        if isinstance(text, Score):
-            return text
-        golds = _references(question, reference)
-        if not golds:
-            return Score(None, "no reference answer")
-        lang = shared_language(text, *golds)
-        value, gold = max(((token_f1(text, g, lang), g) for g in golds), key=lambda pair: pair[0])
+    def _grade(self, answer: str, golds: list[str], lang: str) -> Score:
+        value, gold = max(((token_f1(answer, g, lang), g) for g in golds), key=lambda pair: pair[0])
         return Score(value, f"token F1 {value:.2f} against gold answer {gold!r}")
 
 
-class ExactMatchScorer:
+class ExactMatchScorer(_GoldScorer):
     """1 when the normalized answer equals a gold answer."""
 
     name = "exact_match"
 
-    def score(
-        self, question: Question, answer: str | None, contexts: Sequence[str], reference: Reference
-    ) -> Score:
-        text = _gradable(answer)
-        if isinstance(text, Score):
-            return text
-        golds = _references(question, reference)
-        if not golds:
-            return Score(None, "no reference answer")
-        lang = shared_language(text, *golds)
-        matched = next((g for g in golds if exact_match(text, g, lang)), None)
+    def _grade(self, answer: str, golds: list[str], lang: str) -> Score:
+        matched = next((g for g in golds if exact_match(answer, g, lang)), None)
         if matched is None:
             return Score(0.0, f"matches none of {len(golds)} gold answer(s)")
         return Score(1.0, f"matches gold answer {matched!r}")

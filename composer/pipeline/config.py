@@ -8,12 +8,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from composer.errors import ConfigError
+from composer.errors import ConfigError, config_error
 from composer.generation.prompts import AnswerTemplate
 from composer.llm.config import LLMConfig, check_env_name, derive_config
+from composer.yamlfile import read_yaml
 
 
 class _Strict(BaseModel):
@@ -172,7 +172,12 @@ class PipelineConfig(_Strict):
     def index_settings(self) -> dict[str, Any]:
         """Settings that shape the index; everything else (retrieval, rerank, query expansion and
         generation) is query time and free to vary over one index."""
-        settings: dict[str, Any] = {"chunking": self.chunking.model_dump(), "bm25_stem": self.retrieval.stem}
+        from composer.index.bm25 import SCHEME  # a new token scheme must never reuse an old collection
+
+        settings: dict[str, Any] = {
+            "chunking": self.chunking.model_dump(),
+            "bm25": {"scheme": SCHEME, "stem": self.retrieval.stem},
+        }
         if self.needs_dense_index:
             query_time = {"batch_size", "query_prefix", "api_base"}
             settings["embedding"] = self.embedding.model_dump(exclude=query_time)
@@ -196,17 +201,7 @@ class PipelineConfig(_Strict):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            key = ".".join(str(p) for p in err["loc"])
-            if err["type"] == "extra_forbidden":
-                msg = "unknown key"
-            elif err["type"] == "value_error":
-                msg = str(err["ctx"]["error"])
-            elif isinstance(err.get("input"), str | int | float):
-                msg = f"{err['msg']} (got {err['input']!r})"
-            else:
-                msg = err["msg"]
-            raise ConfigError(msg, path=source, field=key) from None
+            raise config_error(exc, source) from None
 
 
 def load_pipeline_config(
@@ -218,15 +213,7 @@ def load_pipeline_config(
     before validation, so a file that needs them (query expansion without a model) still loads.
     """
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError("file not found", path=p) from None
-    except yaml.YAMLError as exc:
-        line = getattr(getattr(exc, "problem_mark", None), "line", None)
-        raise ConfigError(
-            f"invalid YAML: {getattr(exc, 'problem', exc)}", path=p, line=None if line is None else line + 1
-        ) from None
+    data = read_yaml(p)
     if data is None:
         data = {}
     if not isinstance(data, dict):

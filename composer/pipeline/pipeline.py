@@ -16,7 +16,8 @@ from composer.data.types import Corpus, Hit, Question, Run
 from composer.embedding import CachedEmbedder, EmbeddingCache, make_embedder
 from composer.errors import ComposerError
 from composer.generation import Answer, Expansion, Generator, QueryExpander, answer_questions, fuse_rankings
-from composer.index import Bm25Encoder, VectorIndex, open_index
+from composer.index import Bm25Encoder, SparseVector, VectorIndex, open_index
+from composer.index.base import IndexBuildLost
 from composer.llm import LLMClient, LLMConfig, judge_config
 from composer.pipeline.config import PipelineConfig, load_pipeline_config
 from composer.retrieval import Reranker, make_reranker
@@ -26,6 +27,10 @@ QUERY_BLOCK = 256
 """Questions searched per Qdrant batch; also the granularity of the query progress bar."""
 INDEX_BLOCK = 1024
 """Chunks upserted per step of the index progress bar (the backend batches further)."""
+BUILD_WAIT_S = 120.0
+"""How long a build another worker took over (its vectors are ready: only its upsert is left) may take
+to finish before this worker builds the index again itself."""
+BUILD_POLL_S = 0.5
 
 ProgressHook = Callable[[str, int, int], None]
 """``hook(stage, done, total)`` for stage in "encode", "index", "query"; the CLI draws Rich bars from it."""
@@ -145,11 +150,9 @@ class Pipeline:
         identity = self.embedder.identity if self.config.needs_dense_index else None
         key = self.config.index_key(corpus.fingerprint(), identity)
         self._chunks = chunk_corpus(corpus, self.config.chunking)
-        reused = self.backend.exists(key)
+        reused = self.backend.exists(key) or self._build(key, self._chunks)
         if reused:
             self._bm25 = Bm25Encoder.from_dict(self.backend.meta(key)["bm25"])
-        else:
-            self._build(key, self._chunks)
         self._key = key
         after = self.cache_stats
         return IndexInfo(
@@ -162,11 +165,32 @@ class Pipeline:
             seconds=time.perf_counter() - started,
         )
 
-    def _build(self, key: str, chunks: list[Chunk]) -> None:
+    def _build(self, key: str, chunks: list[Chunk]) -> bool:
+        """Build the collection; True when another worker built it meanwhile and that one is reused.
+
+        Workers sharing a Qdrant server may start the same new index at once: the later ``create``
+        drops the earlier build, whose ``finish`` then refuses to mark the other's collection complete.
+        The loser waits for the winner's build to finish and reuses it, or, if it never does (its
+        worker died), builds the index once more; losing again is an error.
+        """
         texts = [c.text for c in chunks]
         bm25, sparse = Bm25Encoder.fit(texts, stem=self.config.retrieval.stem)
         dense = self.embedder.encode_passages(texts) if self.config.needs_dense_index else None
         meta = {"bm25": bm25.to_dict(), "n_chunks": len(chunks), "settings": self.config.index_settings()}
+        self._fill(key, chunks, dense, sparse, meta)
+        try:
+            self.backend.finish(key)
+        except IndexBuildLost:  # the build was dropped or replaced by another worker's
+            if self._built_elsewhere(key):
+                return True
+            self._fill(key, chunks, dense, sparse, meta)
+            self.backend.finish(key)
+        self._bm25 = bm25
+        return False
+
+    def _fill(self, key: str, chunks: list[Chunk], dense: np.ndarray | None, sparse: list[SparseVector],
+              meta: dict[str, Any]) -> None:
+        """Create the collection (dropping what it held) and upsert every chunk, reporting progress."""
         self.backend.create(key, None if dense is None else int(dense.shape[1]), meta)
         total = len(chunks)
         self._report("index", 0, total)
@@ -174,8 +198,15 @@ class Pipeline:
             hi = min(lo + INDEX_BLOCK, total)
             self.backend.upsert(key, chunks[lo:hi], None if dense is None else dense[lo:hi], sparse[lo:hi])
             self._report("index", hi, total)
-        self.backend.finish(key)
-        self._bm25 = bm25
+
+    def _built_elsewhere(self, key: str) -> bool:
+        """Whether another worker's build of ``key`` is complete within ``BUILD_WAIT_S``."""
+        deadline = time.monotonic() + BUILD_WAIT_S
+        while not self.backend.exists(key):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(BUILD_POLL_S)
+        return True
 
     def _report(self, stage: str, done: int, total: int) -> None:
         if self.progress is not None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from composer.errors import ConfigError
+from composer.errors import ConfigError, config_error
 from composer.judges.config import JudgeConfig
 from composer.llm.config import LLMConfig
+from composer.yamlfile import read_yaml
 
 DEFAULT_WORKDIR = Path(".composer")
 
@@ -159,14 +159,7 @@ def default_storage(workdir: Path) -> str:
 
 def load_experiment(path: str | Path) -> ExperimentConfig:
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError("experiment file not found", path=p) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ConfigError(f"invalid YAML: {getattr(exc, 'problem', exc)}", path=p,
-                          line=None if mark is None else mark.line + 1) from None
+    data = read_yaml(p, what="experiment file")
     if not isinstance(data, dict):
         raise ConfigError("expected a mapping (name, corpus, questions, search_space...)", path=p)
     base = p.resolve().parent
@@ -176,10 +169,7 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"])
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-        raise ConfigError(msg, path=p, field=where or None) from None
+        raise config_error(exc, p) from None
 
 
 def locate_study(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 
 from composer.errors import InputError
-from composer.evaluation.report import write_atomic
+from composer.files import write_atomic
 from composer.study.leaderboard import STUDY_ATTR, ranked_trials
 from composer.study.tracking import scrub
 

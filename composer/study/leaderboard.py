@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import optuna
     import pandas as pd
+    from rich.console import Console
     from rich.table import Table
 
 STUDY_ATTR = "composer"
 """Study user attribute holding the study's provenance (data, fingerprints, cutoff); see study.py."""
+PIPED_WIDTH = 200
+"""Columns of output that goes to a file or a pipe, where Rich would otherwise wrap at 80."""
 
 
 def headline_metrics(k: int) -> list[str]:
@@ -77,6 +81,18 @@ def _short(key: str) -> str:
     if not name or name == "method":
         return section
     return name if section == "retrieval" else key
+
+
+def report_console(*, stderr: bool = False) -> Console:
+    """A console for the leaderboard and the study's lines: a terminal's own width, but ``PIPED_WIDTH``
+    when piped (``make demo | tee log``), so each trial stays one readable line in the log; an explicit
+    ``COLUMNS`` wins."""
+    from rich.console import Console
+
+    console = Console(stderr=stderr)
+    if console.is_terminal or "COLUMNS" in os.environ:
+        return console
+    return Console(stderr=stderr, width=PIPED_WIDTH)
 
 
 def render_leaderboard(frame: pd.DataFrame, *, title: str = "", limit: int | None = None) -> Table:

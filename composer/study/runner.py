@@ -50,6 +50,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_KS",
+    "LLM_USAGE_ATTR",
     "BatchHook",
     "QuestionTiming",
     "RetrievalPipeline",
@@ -59,10 +60,13 @@ __all__ = [
     "TrialRunner",
     "config_hash",
     "flat_metrics",
+    "pruned_metrics",
     "score_pipeline",
 ]
 
 USAGE_METRICS = frozenset(Usage().to_dict())
+LLM_USAGE_ATTR = "llm_usage"
+"""Trial user attribute: the trial's own LLM spending (``usage_metrics``), summed into the study's."""
 
 
 def config_hash(config: PipelineConfig) -> str:
@@ -79,6 +83,13 @@ def flat_metrics(scored: Scored, objective: Objective) -> dict[str, float]:
         out[f"latency_{stage}_ms"] = stats["mean"]
     out["composite"] = objective.composite(out)
     return out
+
+
+def pruned_metrics(steps: list[float], pruned_at: Mapping[str, int]) -> dict[str, float]:
+    """A pruned trial's scores, named apart from a complete trial's ``composite``: a running composite
+    over the first questions is no result to rank beside the composite over all of them."""
+    return {"composite_at_prune": steps[-1], "pruned_at_step": float(pruned_at["step"]),
+            "pruned_at_questions": float(pruned_at["questions"])}
 
 
 @dataclass
@@ -179,7 +190,7 @@ class TrialRunner:
                 )
             except optuna.TrialPruned:
                 log.state, log.steps = "PRUNED", steps
-                log.metrics = {**trial.user_attrs.get("metrics", {}), **usage_metrics(usage)}
+                log.metrics = {**pruned_metrics(steps, trial.user_attrs["pruned_at"]), **usage_metrics(usage)}
                 self._log(log)
                 raise
             except Exception as exc:
@@ -191,6 +202,9 @@ class TrialRunner:
                     log.error_rates = {**usage.error_rates(), "reason": log.tags["composer.error"]}
                 self._log(log)
                 raise
+            finally:
+                if usage.calls:  # whatever the trial's end, for the study's totals (a repeat spends none)
+                    trial.set_user_attr(LLM_USAGE_ATTR, usage_metrics(usage))
         scored.steps = steps
         objective = self._objective(scored.report)
         metrics = flat_metrics(scored, objective)

@@ -1,5 +1,8 @@
 """Per-trial seeding: trial ``n`` draws from a sampler built for ``n`` (seeded ``seed + n``).
 
+For the samplers that draw at random (TPE, random, NSGA-II); never the grid sampler, whose seed orders
+the grid that every trial's grid point is an index into (see ``study_sampler``).
+
 Trial numbers are unique across every worker of a study, so workers started together propose different
 configurations instead of the same ones in lockstep (one seed per process would), while one worker's
 study stays reproducible from its seed, and a resumed study, numbering on, does not replay its proposals.

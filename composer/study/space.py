@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
-from composer.errors import ConfigError
+from composer.errors import ConfigError, config_error
 from composer.pipeline.config import PipelineConfig
+from composer.yamlfile import read_yaml
 
 if TYPE_CHECKING:
     import optuna
@@ -142,15 +142,7 @@ class SearchSpace:
 
 def load_search_space(path: str | Path) -> SearchSpace:
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError("search space file not found", path=p) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ConfigError(f"invalid YAML: {getattr(exc, 'problem', exc)}", path=p,
-                          line=None if mark is None else mark.line + 1) from None
-    return parse_search_space(data, source=str(p))
+    return parse_search_space(read_yaml(p, what="search space file"), source=str(p))
 
 
 def parse_search_space(data: Any, *, source: str = "<space>") -> SearchSpace:
@@ -166,9 +158,7 @@ def parse_search_space(data: Any, *, source: str = "<space>") -> SearchSpace:
     try:
         PipelineConfig.model_validate(_deep_merge(PipelineConfig().to_dict(), defaults))
     except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ConfigError(err["msg"], path=source,
-                          field="defaults." + ".".join(str(x) for x in err["loc"])) from None
+        raise config_error(exc, source, under="defaults") from None
     raw_dims = data.get("dimensions")
     if not isinstance(raw_dims, dict) or not raw_dims:
         raise ConfigError("expected a non-empty mapping of dotted pipeline keys", path=source,
@@ -297,7 +287,7 @@ def _check_value(target: FieldInfo | type[BaseModel], value: Any, source: str, w
         setting = create_model("Setting", value=(annotation, target))
         setting.model_validate({"value": value}, strict=True)
     except ValidationError as exc:
-        raise ConfigError(f"{value!r}: {exc.errors()[0]['msg']}", path=source, field=where) from None
+        raise config_error(exc, source, field=where) from None
 
 
 def _check_bundle(key: str, bundle: Any, source: str, where: str) -> dict[str, Any]:

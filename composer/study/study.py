@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from composer.data.types import QuestionSet
 from composer.errors import ConfigError, InputError
 from composer.study.experiment import ExperimentConfig, PrunerConfig, SplitConfig
-from composer.study.leaderboard import STUDY_ATTR, leaderboard, ranked_trials
+from composer.study.leaderboard import STUDY_ATTR, leaderboard, ranked_trials, report_console
 from composer.study.objective import Objective
-from composer.study.runner import StudyData, TrialRunner
+from composer.study.runner import LLM_USAGE_ATTR, StudyData, TrialRunner
 from composer.study.space import SearchSpace, load_search_space
 from composer.study.tracking import StudyTracker, is_local_store, scrub
 
@@ -130,18 +130,22 @@ def _despite_schema_race(open_storage: Callable[[], T]) -> T:
 
 def make_sampler(exp: ExperimentConfig, space: SearchSpace, seed_offset: int) -> optuna.samplers.BaseSampler:
     """The configured sampler, seeded ``seed + seed_offset``; a study seeds one per trial (see
-    composer.study.seeding), so no two trials, whichever worker runs them, share a seed."""
+    composer.study.seeding), so no two trials, whichever worker runs them, share a seed.
+
+    The grid sampler alone keeps ``seed``: its seed shuffles the grid, and trials (of every worker)
+    name their grid point by its index in that order, so it must be one order for the whole study.
+    """
     import optuna
 
     cfg = exp.sampler
     name = cfg.name
     if name == "auto":
         name = "nsga2" if exp.multi_objective else "tpe"
-    seed = None if cfg.seed is None else cfg.seed + seed_offset
     options = cfg.options
     try:
         if name == "grid":
-            return optuna.samplers.GridSampler(space.grid(), seed=seed, **options)
+            return optuna.samplers.GridSampler(space.grid(), seed=cfg.seed, **options)
+        seed = None if cfg.seed is None else cfg.seed + seed_offset
         cls = {"tpe": optuna.samplers.TPESampler, "random": optuna.samplers.RandomSampler,
                "nsga2": optuna.samplers.NSGAIISampler}[name]
         with warnings.catch_warnings():
@@ -149,6 +153,17 @@ def make_sampler(exp: ExperimentConfig, space: SearchSpace, seed_offset: int) ->
             return cls(seed=seed, **options)
     except TypeError as exc:
         raise ConfigError(f"bad option for the {name} sampler: {exc}", field="sampler") from None
+
+
+def study_sampler(exp: ExperimentConfig, space: SearchSpace) -> optuna.samplers.BaseSampler:
+    """The study's sampler: seeded per trial (composer.study.seeding) when it draws at random and has a
+    seed. The grid sampler needs no per-trial seed: it hands each trial, whichever worker asks, a grid
+    point no trial has taken yet, read from the storage."""
+    if exp.sampler.seed is None or exp.sampler.name == "grid":
+        return make_sampler(exp, space, 0)
+    from composer.study.seeding import TrialSeededSampler
+
+    return TrialSeededSampler(lambda number: make_sampler(exp, space, number))
 
 
 def make_pruner(cfg: PrunerConfig) -> optuna.pruners.BasePruner:
@@ -177,16 +192,9 @@ def open_study(exp: ExperimentConfig, space: SearchSpace, *, name: str | None = 
     study_name = name or exp.name
     storage = make_storage(exp.storage_url, exp.heartbeat_interval)
     directions = ["maximize", *exp.secondary_directions()]
-    sampler: optuna.samplers.BaseSampler
-    if exp.sampler.seed is None:
-        sampler = make_sampler(exp, space, 0)
-    else:
-        from composer.study.seeding import TrialSeededSampler
-
-        sampler = TrialSeededSampler(lambda number: make_sampler(exp, space, number))
     # Workers creating a new study together: Optuna turns the loser's insert into loading the winner's.
     study = optuna.create_study(
-        storage=storage, sampler=sampler, pruner=make_pruner(exp.pruner),
+        storage=storage, sampler=study_sampler(exp, space), pruner=make_pruner(exp.pruner),
         study_name=study_name, directions=directions, load_if_exists=True,
     )
     if [d.name.lower() for d in study.directions] != directions:
@@ -221,12 +229,11 @@ def run_study(
 ) -> StudyResult:
     """Optimize (or continue) the experiment's study and report it; see the module docstring."""
     import optuna
-    from rich.console import Console
 
     from composer.data import load_corpus, load_questions
     from composer.study.live import StudyProgress
 
-    console = console or Console(stderr=True)
+    console = console or report_console(stderr=True)
     started = time.monotonic()
     space = load_search_space(exp.search_space)
     corpus = load_corpus(exp.corpus)
@@ -260,10 +267,7 @@ def run_study(
     callbacks: list[Any] = []
     objective: Callable[[optuna.Trial], Any] = runner
     if target is not None:
-        # Workers of one study stop by the trials that hold a slot: a trial another worker is running,
-        # or a queued retry, counts as much as a finished one.
-        holding = (*finished_states, optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)
-        callbacks.append(optuna.study.MaxTrialsCallback(target, states=holding))
+        callbacks.append(optuna.study.MaxTrialsCallback(target, states=_holding_states()))
         objective = _first_trials_only(target, runner, tracker)
     try:
         if remaining != 0:
@@ -295,6 +299,15 @@ class SurplusTrial(Exception):
     """A trial started after the study's target was reached (by other workers): failed unscored."""
 
 
+def _holding_states() -> tuple[optuna.trial.TrialState, ...]:
+    """The trials that hold one of the study's ``n_trials`` slots: finished ones and those another
+    worker is running. Waiting trials (enqueued, or a retry of a dead worker's) hold none: they are
+    what is left to run, so counting them would stop the study before running them."""
+    from optuna.trial import TrialState
+
+    return TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING
+
+
 def _first_trials_only(
     target: int, runner: TrialRunner, tracker: StudyTracker
 ) -> Callable[[optuna.Trial], Any]:
@@ -303,9 +316,7 @@ def _first_trials_only(
     Two workers checking the count at the same instant may both start one more trial; numbers are
     unique, so every worker agrees which is surplus: it stops its worker and fails unscored.
     """
-    from optuna.trial import TrialState
-
-    holding = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+    holding = _holding_states()
 
     def objective(trial: optuna.Trial) -> Any:
         trials = trial.study.get_trials(deepcopy=False, states=holding)
@@ -387,7 +398,11 @@ def _record_lost_trials(study: optuna.Study, tracker: StudyTracker) -> None:
 def _held_out(
     study: optuna.Study, data: StudyData, runner: TrialRunner, console: Console
 ) -> dict[str, Any] | None:
-    """Re-score the winner and the runner-up on the held-out questions; CI of their paired difference."""
+    """Re-score the winner and the runner-up on the held-out questions; CI of their paired difference.
+
+    The trials are done by then: a re-score that fails (over the LLM failure budget, say) is reported as
+    ``"error"`` (with the winner's result if only the runner-up failed) instead of failing the study.
+    """
     from composer.metrics.stats import paired_bootstrap_ci
     from composer.pipeline.config import PipelineConfig
 
@@ -397,17 +412,24 @@ def _held_out(
     contenders = ranked[:2]
     names = ", ".join(f"#{t.number}" for t in contenders)
     console.print(f"re-scoring {names} on {len(data.questions)} held-out questions", highlight=False)
+    out: dict[str, Any] = {"n_questions": len(data.questions)}
     scores = []
     for t in contenders:
-        pipeline = data.pipeline(PipelineConfig.from_dict(t.user_attrs["config"]))
-        pipeline.index(data.corpus)
-        scored = data.score(pipeline, data.questions, batch_size=len(data.questions))
+        try:
+            pipeline = data.pipeline(PipelineConfig.from_dict(t.user_attrs["config"]))
+            pipeline.index(data.corpus)
+            scored = data.score(pipeline, data.questions, batch_size=len(data.questions))
+        except Exception as exc:
+            out["error"] = f"re-scoring trial #{t.number} failed: {type(exc).__name__}: {exc}"[:4000]
+            console.print(f"held-out {out['error']}", style="red", markup=False, highlight=False)
+            break
         if runner.objective is None:
             runner.objective = Objective.resolve(data.objective, scored.report.stats().keys())
         scores.append(scored)
     objective = runner.objective
+    if not scores:
+        return out
     assert objective is not None
-    out: dict[str, Any] = {"n_questions": len(data.questions)}
     for role, t, scored in zip(("winner", "runner_up"), contenders, scores, strict=False):
         stats = {name: st.mean for name, st in scored.report.stats().items()}
         out[role] = {"trial": t.number, "selection_composite": t.user_attrs["metrics"]["composite"],
@@ -441,6 +463,16 @@ def encode_summary(study: optuna.Study) -> dict[str, int]:
     }
 
 
+def llm_totals(study: optuna.Study) -> dict[str, float]:
+    """The study's LLM spending (calls, cached calls, tokens, cost, failures): every trial's own, pruned
+    and failed ones included, whichever worker ran it; empty when no trial called an LLM."""
+    totals: dict[str, float] = {}
+    for t in study.get_trials(deepcopy=False):
+        for name, value in t.user_attrs.get(LLM_USAGE_ATTR, {}).items():
+            totals[name] = totals.get(name, 0.0) + float(value)
+    return {name: round(total, 8) for name, total in totals.items()}  # no float noise in a cost
+
+
 def _summary(study: optuna.Study, exp: ExperimentConfig, provenance: dict[str, Any],
              objective: Objective | None, held: dict[str, Any] | None,
              seconds: float) -> tuple[dict[str, Any], dict[str, float]]:
@@ -451,6 +483,7 @@ def _summary(study: optuna.Study, exp: ExperimentConfig, provenance: dict[str, A
     ranked = ranked_trials(study)
     best = ranked[0] if ranked else None
     encode = encode_summary(study)
+    llm = llm_totals(study)
     summary: dict[str, Any] = {
         "study": study.study_name,
         "storage": scrub({"url": exp.storage_url})["url"],
@@ -468,6 +501,7 @@ def _summary(study: optuna.Study, exp: ExperimentConfig, provenance: dict[str, A
                       "notes": [] if objective is None else list(objective.notes),
                       "secondary": list(exp.objective.secondary)},
         "encode": encode,
+        "llm_usage": llm or None,
         "errors": sorted({str(t.user_attrs["error"]) for t in study.get_trials(deepcopy=False)
                           if t.state == TrialState.FAIL and "error" in t.user_attrs})[:10],
         "held_out": held,
@@ -478,6 +512,7 @@ def _summary(study: optuna.Study, exp: ExperimentConfig, provenance: dict[str, A
         summary["pareto_front"] = sorted(t.number for t in study.best_trials)
     metrics: dict[str, float] = {k: float(v) for k, v in counts.items()}
     metrics.update({k: float(v) for k, v in encode.items()})
+    metrics.update(llm)
     if best is not None:
         metrics["best_value"] = float(best.user_attrs["metrics"]["composite"])
         metrics["best_trial"] = float(best.number)

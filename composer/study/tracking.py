@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from composer.evaluation.report import write_atomic
+from composer.files import write_atomic
 from composer.locks import FileLock
 from composer.pipeline.config import PipelineConfig
 from composer.study.runner import Scored, TrialLog
@@ -330,14 +330,19 @@ class StudyTracker:
         best_config: Mapping[str, Any] | None,
         plots: Mapping[str, str],
     ) -> None:
-        """Parent-run artifacts (summary, leaderboard, best config, Optuna plots) and headline metrics."""
+        """Parent-run artifacts (summary, leaderboard, best config, Optuna plots), headline metrics, and
+        tags: the best trial, and why the held-out re-score failed if it did."""
         from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
+        tags = {"composer.best_trial": str(summary.get("best_trial"))}
+        held_out_error = (summary.get("held_out") or {}).get("error")
+        if held_out_error is not None:
+            tags["composer.held_out_error"] = str(held_out_error)[:4000]
         self.client.log_batch(
             self.parent_run_id,
             metrics=[Metric(mlflow_metric_name(k), float(v), now, 0) for k, v in metrics.items()],
-            tags=[RunTag("composer.best_trial", str(summary.get("best_trial")))],
+            tags=[RunTag(k, v) for k, v in scrub(tags).items()],
         )
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp)

@@ -1,0 +1,150 @@
+"""`run_study` and `composer optimize`/`composer trials` on a small BM25 study (examples/arcd-sample, Qdrant
+Edge, SQLite Optuna storage, local MLflow store): the trial queue, a failed held-out re-score, the study's
+LLM totals in the parent run, and a leaderboard that stays readable when piped."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from rich.console import Console
+from sample_study import write_sample_study
+from typer.testing import CliRunner
+
+from composer.cli.app import app
+from composer.data.types import QuestionSet
+from composer.judges import AnswerJudgeResult, FailureBudgetExceeded
+from composer.llm import Usage
+from composer.llm.usage import active_trackers
+from composer.study.experiment import load_experiment
+from composer.study.leaderboard import PIPED_WIDTH, describe_params, report_console
+from composer.study.runner import BatchHook, RetrievalPipeline, Scored, StudyData
+from composer.study.study import make_storage, run_study
+
+SPACE = """
+dimensions:
+  retrieval.mode: {choices: [bm25]}
+  chunking.method: {choices: [paragraph, sentence]}
+  retrieval.k: {choices: [3, 5, 10]}
+"""
+EXPERIMENT = """
+name: run
+corpus: {corpus}
+questions: questions.jsonl
+search_space: space.yaml
+objective: {{k: 5}}
+sampler: {{name: random, seed: 0}}
+pruner: none
+n_trials: 4
+batch_size: 20
+mlflow: {{traces: 0}}
+workdir: .composer
+"""
+
+
+@pytest.fixture
+def experiment(tmp_path: Path) -> Path:
+    return write_sample_study(tmp_path, space=SPACE, experiment=EXPERIMENT, n_questions=40)
+
+
+def test_enqueued_trials_all_run_within_n_trials(experiment: Path) -> None:
+    """Waiting (enqueued) trials are what is left to run, not slots taken: 4 enqueued of 4 all run."""
+    exp = load_experiment(experiment)
+    queue = [{"retrieval.mode": "bm25", "chunking.method": method, "retrieval.k": k}
+             for method, k in (("paragraph", 3), ("paragraph", 10), ("sentence", 5), ("sentence", 10))]
+    pre = optuna.create_study(storage=make_storage(exp.storage_url), study_name="run", direction="maximize")
+    for params in queue:
+        pre.enqueue_trial(params)
+    result = run_study(exp, console=Console(file=io.StringIO()))
+    trials = optuna.load_study(study_name="run", storage=exp.storage_url).trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 4
+    assert [t.params for t in trials] == queue
+    assert result.summary["n_complete"] == 4 and result.summary["llm_usage"] is None
+
+
+@pytest.mark.parametrize("failing", ["winner", "runner_up"])
+def test_a_failed_held_out_rescore_is_reported_and_the_study_finishes(
+    experiment: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    """A re-score over the LLM failure budget is the summary's held-out error, not a crash (the winner's
+    result kept if only the runner-up's failed); the trials' LLM spending adds up in the parent run."""
+    experiment.write_text(experiment.read_text(encoding="utf-8").replace("n_trials: 4", "n_trials: 3")
+                          + "split: {held_out: 0.25, seed: 0}\n", encoding="utf-8")
+    exp = load_experiment(experiment)
+    score = StudyData.score
+    rescored: list[int] = []
+
+    def spending_or_failing(self: StudyData, pipeline: RetrievalPipeline, questions: QuestionSet, *,
+                            batch_size: int | None = None, on_batch: BatchHook | None = None) -> Scored:
+        if on_batch is None:  # a held-out re-score: the winner's, then the runner-up's
+            rescored.append(1)
+            if len(rescored) == ("winner", "runner_up").index(failing) + 1:
+                raise FailureBudgetExceeded(AnswerJudgeResult([], Usage(), ()), 4, 10, 0.1)
+            return score(self, pipeline, questions, batch_size=batch_size)
+        for usage in active_trackers():  # one (pretend) LLM call per trial
+            usage.record_call(cached=False, failed=None)
+            usage.record_request(100, 20, 0.5)
+        return score(self, pipeline, questions, batch_size=batch_size, on_batch=on_batch)
+
+    monkeypatch.setattr(StudyData, "score", spending_or_failing)
+    result = CliRunner().invoke(app, ["optimize", str(experiment)])
+    assert result.exit_code == 0, result.output
+    assert "held-out (10 questions): re-scoring trial #" in result.output
+    assert "FailureBudgetExceeded: 4 of 10 samples failed" in result.output
+
+    study = optuna.load_study(study_name="run", storage=exp.storage_url)
+    held = study.user_attrs["held_out"]
+    scored = {"winner"} if failing == "runner_up" else set()
+    assert set(held) == {"n_questions", "error", *scored} and "FailureBudgetExceeded" in held["error"]
+    assert ("held-out (10 questions): winner #" in result.output) == (failing == "runner_up")
+    ran = [t for t in study.trials if "duplicate_of" not in t.user_attrs]  # a repeat calls nothing
+    assert ran and f"LLM: {len(ran)} calls (0 cached), {120 * len(ran)} tokens" in result.output
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(exp.tracking_uri)
+    mlflow_experiment = client.get_experiment_by_name("run")
+    assert mlflow_experiment is not None
+    [parent] = client.search_runs([mlflow_experiment.experiment_id],
+                                  filter_string="tags.`composer.role` = 'study'")
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["composer.held_out_error"] == held["error"]
+    assert parent.data.metrics["llm_calls"] == len(ran)
+    assert parent.data.metrics["llm_total_tokens"] == 120 * len(ran)
+    assert parent.data.metrics["llm_cost_usd"] == pytest.approx(0.5 * len(ran))
+
+
+def test_a_piped_leaderboard_keeps_one_line_per_trial(tmp_path: Path) -> None:
+    """Piped (`make demo | tee`), Rich would wrap at 80 columns and split every trial over lines."""
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(storage=storage, study_name="wide", direction="maximize")
+    params: dict[str, Any] = {
+        "retrieval.mode": "hybrid", "chunking.method": "fixed_chars", "chunking.size": 800,
+        "chunking.overlap": 100, "retrieval.fusion": "dbsf", "retrieval.k": 10, "rerank.method": "mmr",
+    }
+    distributions: dict[str, optuna.distributions.BaseDistribution] = {
+        k: optuna.distributions.CategoricalDistribution([v]) for k, v in params.items()}
+    for number in range(3):
+        study.add_trial(optuna.trial.create_trial(
+            params=params, distributions=distributions, value=0.5 + number / 10,
+            user_attrs={"metrics": {"composite": 0.5 + number / 10, "recall@10": 0.75, "ndcg@10": 0.5,
+                                    "token_f1": 0.25, "latency_ms": 12.5, "context_tokens": 640.0}},
+        ))
+    result = CliRunner().invoke(app, ["trials", "wide", "--storage", storage])
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if line.lstrip().startswith("#")]
+    assert len(rows) == 3 and all(describe_params(params) in row for row in rows)
+
+
+def test_the_report_console_is_wide_only_when_piped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert report_console().width == PIPED_WIDTH  # pytest captures stdout: not a terminal
+    monkeypatch.setenv("COLUMNS", "120")
+    assert report_console().width == 120  # the user's own choice wins
+    monkeypatch.delenv("COLUMNS")
+    monkeypatch.setenv("FORCE_COLOR", "1")  # Rich then takes the output for a terminal: its own width
+    console = report_console()
+    assert console.is_terminal and console.width != PIPED_WIDTH
