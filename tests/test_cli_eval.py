@@ -167,6 +167,7 @@ def test_user_error_messages_and_bugs() -> None:
     assert user_error_message(parse_error) == (
         "could not parse input: Error tokenizing data. C error: Expected 2 fields in line 3, saw 4"
     )
+    assert user_error_message(FileExistsError(17, "File exists", "out")) == "out: File exists"  # --out a file
     assert user_error_message(ValueError("a bug")) is None  # bugs keep their traceback
 
 

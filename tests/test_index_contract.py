@@ -279,6 +279,23 @@ def test_open_index_routes_locations(tmp_path: Path) -> None:
         open_index("ftp://example", tmp_path)
 
 
+def test_a_server_takes_its_api_key_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One place reads $QDRANT_API_KEY, for the CLI and studies alike; an explicit key wins."""
+    import composer.index as index_module
+
+    opened: list[tuple[str, str | None]] = []
+    monkeypatch.setattr(index_module, "ClientBackend",
+                        lambda location, api_key=None: opened.append((location, api_key)))
+    monkeypatch.setenv("QDRANT_API_KEY", "from-the-env")
+    open_index("https://qdrant.example:6333", tmp_path)
+    open_index("https://qdrant.example:6333", tmp_path, api_key="explicit")
+    open_index(":memory:", tmp_path)
+    assert opened == [("https://qdrant.example:6333", "from-the-env"),
+                      ("https://qdrant.example:6333", "explicit"), (":memory:", None)]
+
+
 def test_edge_and_client_rank_identically(tmp_path: Path) -> None:
     """Same vectors, same BM25 stats: both backends must agree, so a study can move between them."""
     rng = np.random.default_rng(11)

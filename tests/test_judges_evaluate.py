@@ -14,14 +14,13 @@ from fake_llm_server import ChatRequest, FakeLLMServer, Reply, server_error
 
 from composer.data.types import Hit, Question
 from composer.errors import ComposerError
-from composer.generation import ANSWER_TEMPLATES, REFUSALS
+from composer.generation import ANSWER_TEMPLATES, REFUSALS, contexts_for
 from composer.judges import (
     FailureBudgetExceeded,
     JudgeSettings,
     answer_and_judge,
     answer_refusal_rate,
     check_failure_budget,
-    contexts_for,
     refusal_accuracy,
     require_llm,
 )

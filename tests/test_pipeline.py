@@ -139,6 +139,33 @@ def test_second_run_reuses_index_and_encodes_nothing(
         assert_same_ranking(rerun[qid], run[qid])
 
 
+def test_trials_and_the_judge_share_one_loaded_embedding_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model loads once per process: every pipeline with the same embedding settings, and a judge that
+    embeds with them, use one embedder (each pipeline keeps its own cache counters)."""
+    from composer.embedding import make_embedder
+    from composer.evaluation.pipeline import make_judging
+    from composer.judges import JudgeConfig
+    from composer.llm import LLMConfig
+
+    made: list[Any] = []
+
+    def counted(cfg: Any) -> Any:
+        made.append(make_embedder(cfg))
+        return made[-1]
+
+    monkeypatch.setattr("composer.pipeline.pipeline._EMBEDDERS", {})
+    monkeypatch.setattr("composer.pipeline.pipeline.make_embedder", counted)
+    first = Pipeline.from_config(config(mode="dense", k=3), workdir=tmp_path)
+    second = Pipeline.from_config(config(mode="hybrid"), workdir=tmp_path)
+    assert first.embedder.embedder is second.embedder.embedder and first.embedder is not second.embedder
+    make_judging(JudgeConfig(metrics=("answer_relevancy",)), LLMConfig(model="openai/x"), tmp_path)
+    assert len(made) == 1
+    prefixed = {**config(mode="dense"), "embedding": {"query_prefix": "q: "}}
+    assert Pipeline.from_config(prefixed, workdir=tmp_path).embedder.embedder is made[-1] and len(made) == 2
+
+
 def test_changed_chunking_reuses_vectors_of_identical_texts(
     arcd: tuple[Corpus, QuestionSet], workdir: Path
 ) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from composer.data.types import Hit
 from composer.evaluation import EvaluationReport, SampleRecord, StageError, render_report
+from composer.evaluation import report as report_module
 
 
 def _samples() -> list[SampleRecord]:
@@ -67,6 +68,17 @@ def test_summary_means_leave_out_unscored_samples() -> None:
     assert summary["latency_ms"]["retrieve"]["p50"] == pytest.approx(20.0)
     assert summary["cache"] == {"reused": 3}
     assert list(summary["metrics"]) == ["recall@5", "ndcg@5", "token_f1"]
+
+
+def test_means_are_the_stats_means_without_a_bootstrap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a study reads after every batch: the same means, never paying for intervals."""
+    expected = {name: st.mean for name, st in _report().stats().items()}
+
+    def no_bootstrap(*args: object, **kwargs: object) -> tuple[float, float]:
+        raise AssertionError("means() must not bootstrap")
+
+    monkeypatch.setattr(report_module.metric_stats, "bootstrap_ci", no_bootstrap)
+    assert _report().means() == expected
 
 
 def test_confidence_intervals_contain_the_mean() -> None:

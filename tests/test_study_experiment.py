@@ -7,13 +7,16 @@ from pathlib import Path
 
 import optuna
 import pytest
+from typer.testing import CliRunner
 
+from composer.cli.app import app
 from composer.data.types import Question, QuestionSet
-from composer.errors import ConfigError
+from composer.errors import ConfigError, InputError
 from composer.pipeline.config import PipelineConfig
 from composer.study.experiment import SplitConfig, load_experiment, locate_study
 from composer.study.space import load_search_space, parse_search_space
 from composer.study.study import make_pruner, make_sampler, split_questions
+from composer.study.tracking import StudyTracker
 
 MINIMAL = "name: demo\ncorpus: data/corpus.jsonl\nquestions: data/q.jsonl\nsearch_space: space.yaml\n"
 
@@ -120,6 +123,31 @@ def test_locate_study(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert locate_study("s", None, None)[:2] == ("s", f"sqlite:///{tmp_path / '.composer' / 'optuna.db'}")
     with pytest.raises(ConfigError, match="name the study"):
         locate_study(None, None, None)
+
+
+@pytest.mark.parametrize("url, reason", [
+    ("bogus://u:pw@host/db", "Can't load plugin"),
+    ("not a url", "Could not parse"),
+    ("postgresql+psycopg2://u:pw@127.0.0.1:1/db", "Connection refused"),
+])
+def test_a_storage_that_cannot_be_opened_is_one_error_line_without_its_password(
+    url: str, reason: str
+) -> None:
+    result = CliRunner().invoke(app, ["trials", "demo", "--storage", url])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: field 'storage': cannot open the Optuna storage")
+    assert reason in result.output and ":pw@" not in result.output
+
+
+def test_an_mlflow_store_that_cannot_be_used_is_an_input_error_without_its_password() -> None:
+    with pytest.raises(InputError, match=r"cannot use the MLflow store bogus://\*\*\*@host") as err:
+        StudyTracker("bogus://u:pw@host", "demo", "demo")
+    assert err.value.field == "mlflow.tracking_uri" and ":pw@" not in str(err.value)
+
+
+def test_ui_never_prints_a_store_password() -> None:
+    result = CliRunner().invoke(app, ["ui", "--tracking-uri", "http://me:pw@mlflow.example:5000"])
+    assert result.exit_code == 0 and result.output == "MLflow server: http://***@mlflow.example:5000\n"
 
 
 def questions(n: int) -> QuestionSet:

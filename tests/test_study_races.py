@@ -192,3 +192,11 @@ def test_an_experiment_created_in_between_is_loaded(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(MlflowClient, "get_experiment_by_name", late)
     tracker = StudyTracker(uri, "races", "s")
     assert tracker.experiment_id == existing and len(looks) == 2
+
+
+def test_a_study_bounded_by_its_timeout_alone_records_each_trials_worker() -> None:
+    study = optuna.create_study()
+    objective = study_module._first_trials_only(None, lambda trial: 0.5, None)  # type: ignore[arg-type]
+    study.optimize(objective, n_trials=2)
+    assert [t.user_attrs["worker"] for t in study.trials] == [study_module.WORKER] * 2
+    assert [t.value for t in study.trials] == [0.5, 0.5]

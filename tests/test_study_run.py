@@ -5,6 +5,8 @@ LLM totals in the parent run, and a leaderboard that stays readable when piped."
 from __future__ import annotations
 
 import io
+import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +18,16 @@ from typer.testing import CliRunner
 
 from composer.cli.app import app
 from composer.data.types import QuestionSet
+from composer.errors import ConfigError
+from composer.evaluation.pipeline import BatchHook, RetrievalPipeline, Scored
 from composer.judges import AnswerJudgeResult, FailureBudgetExceeded
 from composer.llm import Usage
 from composer.llm.usage import active_trackers
 from composer.study.experiment import load_experiment
 from composer.study.leaderboard import PIPED_WIDTH, describe_params, report_console
-from composer.study.runner import BatchHook, RetrievalPipeline, Scored, StudyData
-from composer.study.study import make_storage, run_study
+from composer.study.runner import StudyData
+from composer.study.space import load_search_space
+from composer.study.study import make_storage, open_study, run_study
 
 SPACE = """
 dimensions:
@@ -63,6 +68,31 @@ def test_enqueued_trials_all_run_within_n_trials(experiment: Path) -> None:
     assert [t.state.name for t in trials] == ["COMPLETE"] * 4
     assert [t.params for t in trials] == queue
     assert result.summary["n_complete"] == 4 and result.summary["llm_usage"] is None
+
+
+def test_settings_no_trial_could_run_with_fail_before_the_study_starts(
+    experiment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unset key variable is one error line, not a failed trial (and Optuna traceback) per trial."""
+    monkeypatch.delenv("UNSET_KEY_VAR", raising=False)
+    experiment.write_text(experiment.read_text(encoding="utf-8")
+                          + "llm: {model: openai/x, api_key_env: UNSET_KEY_VAR}\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["optimize", str(experiment)])
+    assert result.exit_code == 2
+    assert result.output == "error: field 'api_key_env': environment variable UNSET_KEY_VAR is not set\n"
+    assert not (experiment.parent / ".composer" / "optuna.db").exists()
+
+
+def test_optuna_reports_a_trial_failed_by_a_composer_error_without_its_traceback(experiment: Path) -> None:
+    open_study(load_experiment(experiment), load_search_space(experiment.parent / "space.yaml"))
+    failures = logging.getLogger("optuna.study._optimize")
+    for exc, traced in ((ConfigError("overlap must be smaller than size"), False), (KeyError("bug"), True)):
+        try:
+            raise exc
+        except Exception:
+            record = failures.makeRecord(failures.name, logging.WARNING, __file__, 0, "Trial 0 failed", (),
+                                         sys.exc_info())
+        assert failures.filter(record) and (record.exc_info is not None) == traced
 
 
 @pytest.mark.parametrize("failing", ["winner", "runner_up"])

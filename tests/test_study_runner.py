@@ -10,22 +10,16 @@ import optuna
 import pytest
 
 from composer.data.types import Corpus, Document, Hit, Question, QuestionSet, Run
+from composer.evaluation.pipeline import score_pipeline
 from composer.generation import Answer, answer_questions
 from composer.llm.usage import active_trackers
 from composer.pipeline.config import PipelineConfig
 from composer.pipeline.pipeline import IndexInfo
 from composer.study.experiment import ObjectiveConfig
-from composer.study.runner import (
-    LLM_USAGE_ATTR,
-    StudyData,
-    TrialLog,
-    TrialRunner,
-    config_hash,
-    score_pipeline,
-)
+from composer.study.runner import LLM_USAGE_ATTR, StudyData, TrialLog, TrialRunner, config_hash
 from composer.study.space import parse_search_space
 from composer.study.study import llm_totals
-from composer.study.tracking import MASK, flatten, mlflow_metric_name, scrub
+from composer.study.tracking import MASK, StudyTracker, flatten, mlflow_metric_name, scrub
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -214,6 +208,18 @@ def test_scrub_masks_secrets_but_not_scores_or_index_keys() -> None:
     assert out["embedding"] == {"api_key": MASK, "api_base": f"https://{MASK}@host/v1", "model": "m"}
     assert out["token_f1"] == 0.5 and out["composer.index_key"] == "composer-abc"
     assert out["auth_token"] == MASK and out["password"] == MASK and out["empty_key"] == ""
+
+
+def test_a_failed_trials_run_is_scrubbed_like_any_other(tmp_path: Path) -> None:
+    """A trial failed before it had a pipeline (an invalid sampled combination) may quote the sampled
+    values in its error: its run's tags and params are scrubbed as a finished trial's are."""
+    tracker = StudyTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "scrub", "s")
+    endpoint = "https://user:s3cret@llm.example/v1"
+    tracker.log_failed_trial(0, {"generation.api_base": endpoint}, f"ConfigError: [api_base={endpoint!r}]")
+    [run] = tracker.client.search_runs([tracker.experiment_id], filter_string="tags.`composer.trial` = '0'")
+    assert run.data.tags["composer.error"] == f"ConfigError: [api_base='https://{MASK}@llm.example/v1']"
+    assert run.data.params["generation.api_base"] == f"https://{MASK}@llm.example/v1"
+    assert run.info.status == "FAILED" and run.data.tags["composer.trial_state"] == "FAIL"
 
 
 def test_metric_names_and_flattened_params() -> None:

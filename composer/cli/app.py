@@ -28,7 +28,8 @@ def user_error_message(exc: BaseException) -> str | None:
     """The one-line message for an error in the user's input, or None for a bug (keeps its traceback)."""
     if isinstance(exc, ComposerError):
         return str(exc)
-    if isinstance(exc, FileNotFoundError | IsADirectoryError | NotADirectoryError | PermissionError):
+    if isinstance(exc, FileNotFoundError | FileExistsError | IsADirectoryError | NotADirectoryError
+                  | PermissionError):
         return f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
     pandas = sys.modules.get("pandas")
     if pandas is not None and isinstance(exc, pandas.errors.ParserError | pandas.errors.EmptyDataError):

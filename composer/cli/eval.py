@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from composer.cli.options import QDRANT, WORKDIR, qdrant_api_key
+from composer.cli.options import QDRANT, WORKDIR
 from composer.errors import InputError
 from composer.metrics.matching import MatchMode
 
@@ -113,8 +113,7 @@ def eval_command(
         judging = _judging(pipeline_config, settings, judge, llm_base, llm_key_env, wanted, workdir)
         with pipeline_progress(enabled=not as_json) as hook:
             pipeline = Pipeline.from_config(
-                pipeline_config, workdir=workdir, qdrant=qdrant, api_key=qdrant_api_key(), progress=hook,
-                llm=settings,
+                pipeline_config, workdir=workdir, qdrant=qdrant, progress=hook, llm=settings
             )
             report = evaluate_pipeline(pipeline, docs, question_set, ks=k, match=match, judging=judging)
     if out is not None:

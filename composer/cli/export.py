@@ -7,7 +7,7 @@ from typing import Literal
 
 import typer
 
-from composer.cli.trials import EXPERIMENT, STORAGE
+from composer.cli.options import EXPERIMENT, STORAGE
 
 
 def export_command(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from composer.cli.options import QDRANT, WORKDIR, qdrant_api_key
+from composer.cli.options import QDRANT, WORKDIR
 
 
 def index_command(
@@ -26,9 +26,7 @@ def index_command(
 
     docs = load_corpus(corpus)
     with pipeline_progress() as hook:
-        pipeline = Pipeline.from_config(
-            config, workdir=workdir, qdrant=qdrant, api_key=qdrant_api_key(), progress=hook
-        )
+        pipeline = Pipeline.from_config(config, workdir=workdir, qdrant=qdrant, progress=hook)
         info = pipeline.index(docs)
     state = "reused" if info.reused else "built"
     Console().print(

@@ -27,6 +27,7 @@ def optimize_command(
     from composer.study.experiment import load_experiment
     from composer.study.leaderboard import render_leaderboard, report_console
     from composer.study.study import run_study
+    from composer.study.tracking import scrub_url
 
     # MLflow logs its table migrations and trace flushes at INFO; the live view is the progress report.
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
@@ -68,6 +69,6 @@ def optimize_command(
     if held and "error" in held:
         out.print(f"held-out ({held['n_questions']} questions): {held['error']}", markup=False,
                   highlight=False)
-    out.print(f"MLflow: {result.tracking_uri} (composer ui --experiment {experiment}) · "
+    out.print(f"MLflow: {scrub_url(result.tracking_uri)} (composer ui --experiment {experiment}) · "
               f"export: composer export {result.name} --experiment {experiment} --out best.yaml",
               highlight=False)

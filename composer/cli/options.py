@@ -1,8 +1,7 @@
-"""Options shared by the commands that run a pipeline."""
+"""Options shared by several commands: those that run a pipeline, and those that read a study."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
@@ -16,8 +15,9 @@ QDRANT = typer.Option(
     help="Qdrant location: omitted = embedded Qdrant Edge, ':memory:', or a server URL "
     "(API key from $QDRANT_API_KEY).",
 )
-
-
-def qdrant_api_key() -> str | None:
-    """Read from the environment only, so the key never appears in shell history or process lists."""
-    return os.environ.get("QDRANT_API_KEY") or None
+EXPERIMENT = typer.Option(
+    None, "--experiment", "-e", help="Experiment YAML whose storage (and name) to use."
+)
+STORAGE = typer.Option(
+    None, "--storage", help="Optuna storage URL (default: the experiment's, else sqlite:///.composer/optuna.db)."
+)

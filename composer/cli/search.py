@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from composer.cli.options import QDRANT, WORKDIR, qdrant_api_key
+from composer.cli.options import QDRANT, WORKDIR
 
 
 def search_command(
@@ -27,9 +27,7 @@ def search_command(
 
     docs = load_corpus(corpus)
     with pipeline_progress() as hook:
-        pipeline = Pipeline.from_config(
-            config, workdir=workdir, qdrant=qdrant, api_key=qdrant_api_key(), progress=hook
-        )
+        pipeline = Pipeline.from_config(config, workdir=workdir, qdrant=qdrant, progress=hook)
         pipeline.index(docs)
         hits = pipeline.search(query)
     table = Table(title=query, show_lines=True)

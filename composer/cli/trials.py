@@ -7,12 +7,7 @@ from pathlib import Path
 
 import typer
 
-EXPERIMENT = typer.Option(
-    None, "--experiment", "-e", help="Experiment YAML whose storage (and name) to use."
-)
-STORAGE = typer.Option(
-    None, "--storage", help="Optuna storage URL (default: the experiment's, else sqlite:///.composer/optuna.db)."
-)
+from composer.cli.options import EXPERIMENT, STORAGE
 
 
 def trials_command(
@@ -30,7 +25,7 @@ def trials_command(
     name, url, _ = locate_study(study, experiment, storage)
     board = leaderboard(load_study(name, url))
     if as_csv:
-        sys.stdout.write(board.head(limit).to_csv(index=False) if limit else board.to_csv(index=False))
+        sys.stdout.write((board.head(limit) if limit else board).to_csv(index=False))
         return
     table = render_leaderboard(board, title=f"study {name} ({len(board)} trials)", limit=limit)
     report_console().print(table)

@@ -10,7 +10,6 @@ samples are counted, never fatal, until they exceed the run's failure budget.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from composer.judges import (
     JudgeConfig,
     JudgeSettings,
     SampleResult,
+    allowed_failures,
     answer_and_judge,
     rating_out_of_5,
 )
@@ -66,7 +66,7 @@ def make_judging(
 ) -> Judging:
     """The judge of a run from its ``judge:`` settings over the generator's ``llm`` settings; ``also``
     adds judge metrics (those an objective weighs). Replies are cached under ``<workdir>/cache/llm``."""
-    from composer.pipeline.pipeline import shared_client
+    from composer.pipeline.pipeline import shared_client, shared_embedder
 
     config = judge.llm_config(llm)
     if config is None:
@@ -77,10 +77,10 @@ def make_judging(
         judge = judge.model_copy(update={"metrics": (*judge.metrics, *extra)})
     embed: EmbedFn | None = None
     if judge.embedding is not None and judge.needs_embedding():
-        from composer.embedding import CachedEmbedder, EmbeddingCache, make_embedder
+        from composer.embedding import CachedEmbedder, EmbeddingCache
 
         cache = EmbeddingCache(workdir / "cache" / "embeddings")
-        embed = CachedEmbedder(make_embedder(judge.embedding), cache).encode_queries
+        embed = CachedEmbedder(shared_embedder(judge.embedding), cache).encode_queries
     return Judging(shared_client(config, workdir / "cache" / "llm"), judge.settings, embed)
 
 
@@ -94,7 +94,7 @@ class FailureBudget:
     def __init__(self, total: int, max_share: float) -> None:
         self.total = total
         self.max_share = max_share
-        self.allowed = math.floor(max_share * total + 1e-9)
+        self.allowed = allowed_failures(total, max_share)
         self.failed = 0
 
     @property
@@ -132,7 +132,6 @@ class Scored:
     run: Run
     timings: dict[str, QuestionTiming]
     answerer: str
-    steps: list[float] = field(default_factory=list)
     answers: dict[str, Answer] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
     judge: str | None = None
@@ -149,9 +148,9 @@ class Scored:
     def llm_metrics(self) -> dict[str, float]:
         """``usage_metrics`` plus the judge's rating on its 1-5 scale (``llm_judge_rating_5``)."""
         out = usage_metrics(self.usage)
-        rating = self.report.stats().get("llm_judge_rating")
+        rating = self.report.means().get("llm_judge_rating")
         if rating is not None:
-            out["llm_judge_rating_5"] = rating_out_of_5(rating.mean)
+            out["llm_judge_rating_5"] = rating_out_of_5(rating)
         return out
 
 
@@ -190,27 +189,24 @@ def score_pipeline(
     corpus: Corpus,
     *,
     judging: Judging | None = None,
-    max_failure_share: float | None = None,
     ks: Sequence[int] = DEFAULT_KS,
     batch_size: int = 50,
     match: MatchMode | None = None,
     on_batch: BatchHook | None = None,
-    meta: Mapping[str, Any] | None = None,
 ) -> Scored:
     """Retrieve, answer, judge and score ``questions`` batch by batch (the pipeline must be indexed).
 
     Each batch is evaluated once and its records appended, so scoring stays linear in the questions; the
     match mode is fixed for the whole set so every batch is judged alike. Every LLM call made meanwhile
     (expansion, reranking, generation, judging) is counted in ``Scored.usage``. More failed samples than
-    ``max_failure_share`` (default the judge settings') of the questions raise FailureBudgetExceeded.
+    the judge settings' ``max_failure_share`` of the questions raise FailureBudgetExceeded.
     """
     mode = match or default_match_mode(questions, corpus)
     universe = pipeline.universe()
     info: dict[str, Any] = {"questions": questions.source, "questions_fingerprint": questions.fingerprint(),
-                            "corpus": corpus.source, **(meta or {})}
-    share = max_failure_share if max_failure_share is not None else (
-        judging.settings if judging is not None else JudgeSettings()).max_failure_share
-    budget = FailureBudget(len(questions), share)
+                            "corpus": corpus.source}
+    settings = judging.settings if judging is not None else JudgeSettings()
+    budget = FailureBudget(len(questions), settings.max_failure_share)
     generation = pipeline.config.generation
     items = list(questions)
     run: Run = {}
@@ -317,12 +313,12 @@ def _llm_section(
     report: EvaluationReport, usage: Usage, budget: FailureBudget, generator: str | None, judge: str | None
 ) -> dict[str, Any]:
     stages = {stage: sum(kinds.values()) for stage, kinds in report.error_counts().items()}
-    rating = report.stats().get("llm_judge_rating")
+    rating = report.means().get("llm_judge_rating")
     return {
         "generator": generator,
         "judge": judge,
         "usage": usage.to_dict(),
-        "llm_judge_rating": None if rating is None else f"{rating_out_of_5(rating.mean):.1f}/5",
+        "llm_judge_rating": None if rating is None else f"{rating_out_of_5(rating):.1f}/5",
         "error_rates": {
             **usage.error_rates(),
             "samples": len(report.samples),

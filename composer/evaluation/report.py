@@ -96,6 +96,7 @@ class EvaluationReport:
         if clash:
             raise ValueError(f"meta keys clash with summary keys: {sorted(clash)}")
         self._stats: dict[str, MetricStats] | None = None
+        self._means: dict[str, float] | None = None
 
     @property
     def metric_names(self) -> list[str]:
@@ -109,6 +110,14 @@ class EvaluationReport:
     def values(self, name: str) -> np.ndarray:
         """The scored (non-None) values of one metric, in sample order."""
         return np.array([v for s in self.samples if (v := s.metrics.get(name)) is not None], dtype=np.float64)
+
+    def means(self) -> dict[str, float]:
+        """Per metric, the mean over the samples that scored it: what an objective reads after every
+        batch, without the bootstrap that ``stats`` pays for its intervals."""
+        if self._means is None:
+            self._means = {name: metric_stats.mean(vals) for name in self.metric_names
+                           if (vals := self.values(name)).size}
+        return self._means
 
     def stats(self) -> dict[str, MetricStats]:
         """Per metric: mean, sample std, 95% bootstrap CI and the number of samples scored."""

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from composer.data.types import Hit, Question
-from composer.generation.answering import answer_questions, contexts
+from composer.generation.answering import answer_questions, contexts_for
 from composer.generation.expansion import (
     EXPANSION_METHODS,
     Expansion,
@@ -45,7 +45,7 @@ __all__ = [
     "QueryExpander",
     "RerankMode",
     "answer_questions",
-    "contexts",
+    "contexts_for",
     "fuse_rankings",
     "rrf_fuse",
 ]

@@ -3,19 +3,28 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from composer.data.types import Hit, Question, Run
 from composer.generation.extractive import ExtractiveAnswerer
 from composer.generation.generator import Answer, Generator
 from composer.llm.prompt import prompt_language
-from composer.llm.sync import run_sync
+from composer.llm.sync import gather_until_failed, run_sync
 
 
-def contexts(hits: Sequence[Hit], limit: int) -> list[str]:
-    """The texts of the first ``limit`` hits that have one, in rank order: what the generator reads."""
-    return [h.text for h in hits if h.text and h.text.strip()][:limit]
+def contexts_for(hits: Sequence[Hit], corpus_texts: Mapping[str, str] | None, limit: int) -> list[str]:
+    """Texts of the first ``limit`` hits that have one, in rank order: what the generator and the judges
+    read. A hit without text reads ``corpus_texts`` by its id, else by its document's id."""
+    texts: list[str] = []
+    for hit in hits:
+        text = hit.text
+        if text is None and corpus_texts is not None:
+            text = corpus_texts.get(hit.id) or (corpus_texts.get(hit.doc_id) if hit.doc_id else None)
+        if text and text.strip():
+            texts.append(text)
+        if len(texts) == limit:
+            break
+    return texts
 
 
 def answer_questions(
@@ -45,22 +54,9 @@ async def _generate(
     generator: Generator, questions: Sequence[Question], run: Run, max_failures: int | None
 ) -> dict[str, Answer]:
     async def one(q: Question) -> tuple[str, Answer]:
-        passages = contexts(run.get(q.id, []), generator.max_contexts)
+        passages = contexts_for(run.get(q.id, []), None, generator.max_contexts)
         return q.id, await generator.agenerate(q.question, passages)
 
-    tasks = [asyncio.ensure_future(one(q)) for q in questions]
-    answers: dict[str, Answer] = {}
-    failed = 0
-    try:
-        for next_done in asyncio.as_completed(tasks):
-            qid, answer = await next_done
-            answers[qid] = answer
-            failed += answer.failed
-            if max_failures is not None and failed > max_failures:
-                break
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    order = {q.id: i for i, q in enumerate(questions)}
-    return dict(sorted(answers.items(), key=lambda item: order[item[0]]))
+    done, _ = await gather_until_failed([one(q) for q in questions], lambda qa: qa[1].failed, max_failures)
+    answers = dict(done)
+    return {q.id: answers[q.id] for q in questions if q.id in answers}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 from composer.data.types import Hit, Run
 from composer.errors import ConfigError
@@ -32,42 +32,37 @@ class Expansion:
 
 
 class QueryExpander:
-    def __init__(
-        self,
-        client: LLMClient | None,
-        method: ExpansionMethod = "none",
-        n: int = 3,
-        temperature: float | None = None,
-    ) -> None:
+    """Expands questions with ``client``'s model, at its temperature (the pipeline's helper client runs at
+    0, so every trial asking the same shares the cached expansion)."""
+
+    def __init__(self, client: LLMClient | None, method: ExpansionMethod = "none", n: int = 3) -> None:
         if method not in EXPANSION_METHODS:
             raise ConfigError(
                 f"unknown query expansion {method!r}; expected one of {list(EXPANSION_METHODS)}",
-                field="generation.expansion",
+                field="query_expansion.method",
             )
         if method != "none" and client is None:
             raise ConfigError(
-                f"query expansion {method!r} needs an LLM: set llm.model (or --llm)", field="llm.model"
+                f"query expansion {method!r} needs an LLM: set generation.model", field="generation.model"
             )
         if n < 1:
-            raise ConfigError("the number of expanded queries must be >= 1", field="generation.n_queries")
+            raise ConfigError("the number of expanded queries must be >= 1", field="query_expansion.n")
         self.client = client
         self.method = method
         self.n = n
-        self.temperature = temperature
 
     async def aexpand(self, question: str) -> Expansion:
         if self.method == "none" or self.client is None:
             return Expansion(question, (question,))
         lang = prompt_language(question)
-        params: dict[str, Any] = {} if self.temperature is None else {"temperature": self.temperature}
         if self.method == "multi_query":
             messages = MULTI_QUERY[lang].messages(question=question, n=str(self.n))
-            result = await self.client.acomplete(messages, validate=parse_queries, **params)
+            result = await self.client.acomplete(messages, validate=parse_queries)
             if not result.ok or result.text is None:
                 return Expansion(question, (question,), failed=True)
             extra = [q for q in parse_queries(result.text) if q != question][: self.n]
             return Expansion(question, (question, *extra))
-        result = await self.client.acomplete(HYDE[lang].messages(question=question), **params)
+        result = await self.client.acomplete(HYDE[lang].messages(question=question))
         if not result.ok or result.text is None:
             return Expansion(question, (question,), failed=True)
         return Expansion(question, (question,), (result.text.strip(),))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from composer.errors import InputError
@@ -9,18 +10,27 @@ from composer.index.base import ChunkLike, VectorIndex
 from composer.index.bm25 import Bm25Encoder, SparseVector
 from composer.index.client import ClientBackend
 from composer.index.edge import EdgeBackend
+from composer.llm.faults import register_secret
+
+QDRANT_API_KEY_ENV = "QDRANT_API_KEY"
 
 
 def open_index(location: str | None, workdir: str | Path, api_key: str | None = None) -> VectorIndex:
     """The backend for a location: ``None`` or ``"edge"`` means Qdrant Edge under ``<workdir>/qdrant``,
     ``":memory:"`` or an ``http(s)://`` URL means qdrant-client.
 
+    A server's API key is ``api_key``, else ``$QDRANT_API_KEY``: read from the environment here, so it
+    never sits in a config file, shell history or process list, and is kept out of every log record.
     A ``:memory:`` index lives as long as the returned object: keep it for both indexing and searching.
     """
     if location in (None, "edge"):
         return EdgeBackend(Path(workdir) / "qdrant")
-    if location == ":memory:" or location.startswith(("http://", "https://")):
-        return ClientBackend(location, api_key=api_key)
+    if location == ":memory:":
+        return ClientBackend(location)
+    if location.startswith(("http://", "https://")):
+        key = api_key or os.environ.get(QDRANT_API_KEY_ENV) or None
+        register_secret(key)
+        return ClientBackend(location, api_key=key)
     raise InputError(
         f"unknown Qdrant location {location!r}: use 'edge', ':memory:' or an http(s):// URL", field="qdrant"
     )

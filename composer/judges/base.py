@@ -18,8 +18,7 @@ from composer.llm.client import LLMClient
 from composer.llm.parse import parse_statements
 from composer.llm.prompt import Localized, PromptLanguage, numbered
 from composer.llm.sync import run_sync
-from composer.metrics.refusal import is_refusal
-from composer.metrics.scorers import AnswerScorer, Reference, Score
+from composer.metrics.scorers import AnswerScorer, Reference, Score, references, unscorable
 from composer.text import split_sentences
 
 T = TypeVar("T")
@@ -168,23 +167,6 @@ class LLMJudge(ABC):
             f"judge: {verdict.score.reason}"
         )
         return Verdict(Score(value, reason), verdict.failed, verdict.details)
-
-
-def references(question: Question, reference: Reference) -> list[str]:
-    """The given reference answer(s), else the question's gold answers (as the deterministic scorers do)."""
-    if reference is None:
-        return list(question.gold_answers)
-    refs = [reference] if isinstance(reference, str) else list(reference)
-    return [r for r in refs if r.strip()]
-
-
-def unscorable(answer: str | None) -> Score | None:
-    """The unscored Score of an empty answer or a refusal: counted by the report, never graded 0."""
-    if answer is None or not answer.strip():
-        return Score(None, "empty answer")
-    if is_refusal(answer):
-        return Score(None, "refusal")
-    return None
 
 
 class Similarity:

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from functools import partial
 
 from composer.data.types import Question
-from composer.judges.base import LLMJudge, Verdict, unscorable
+from composer.judges.base import LLMJudge, Verdict
 from composer.judges.prompts import CONTEXT_PRECISION, CONTEXT_RECALL
 from composer.llm.parse import parse_verdicts
 from composer.llm.prompt import numbered, prompt_language
-from composer.metrics.scorers import Score
+from composer.metrics.scorers import Score, unscorable
 from composer.text import split_sentences
 
 

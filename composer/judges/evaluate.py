@@ -17,8 +17,9 @@ from typing import Any, ParamSpec, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from composer.data.types import Hit, Question, Run
+from composer.data.types import Question, Run
 from composer.errors import ComposerError, ConfigError
+from composer.generation.answering import contexts_for
 from composer.generation.generator import Generator
 from composer.judges.base import EmbedFn, LLMJudge, Verdict
 from composer.judges.context import ContextPrecisionJudge, ContextRecallJudge
@@ -29,7 +30,7 @@ from composer.judges.relevancy import AnswerRelevancyJudge
 from composer.llm.client import LLMClient, Result
 from composer.llm.config import LLMConfig, judge_config
 from composer.llm.prompt import prompt_language
-from composer.llm.sync import run_sync
+from composer.llm.sync import gather_until_failed, run_sync
 from composer.llm.usage import Usage, track_usage
 from composer.metrics.refusal import is_refusal
 from composer.metrics.scorers import OverlapFaithfulnessScorer, TokenF1Scorer
@@ -57,7 +58,8 @@ DEFAULT_JUDGE_METRICS: tuple[str, ...] = ("answer_correctness", "faithfulness")
 
 
 class JudgeSettings(BaseModel):
-    """The ``judge:`` block of an experiment: which metrics, how they are weighted, how many failures pass."""
+    """How the judges grade: which metrics, how they are weighted, how many failures pass (the part of an
+    experiment's ``judge:`` block, ``JudgeConfig``, that ``answer_and_judge`` takes)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -90,7 +92,7 @@ class SampleResult:
     reasons: dict[str, str] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     details: dict[str, Mapping[str, Any]] = field(default_factory=dict)
-    generation: Result | None = None  # the answer call: tokens, latency, cached (for traces)
+    generation: Result | None = None  # the answer call: tokens, latency, cached
 
     @property
     def failed(self) -> bool:
@@ -165,9 +167,14 @@ class FailureBudgetExceeded(ComposerError):
         )
 
 
+def allowed_failures(total: int, max_share: float) -> int:
+    """How many of ``total`` samples may fail within ``max_share`` (a share of 0.1 of 20 allows 2)."""
+    return math.floor(max_share * total + 1e-9)
+
+
 def check_failure_budget(failed: int, total: int, max_share: float) -> bool:
     """Whether ``failed`` of ``total`` samples is still within ``max_share`` (the study's own check)."""
-    return failed <= math.floor(max_share * total + 1e-9)
+    return failed <= allowed_failures(total, max_share)
 
 
 def require_llm(metrics: Sequence[str], llm: object | None, judge: object | None = None) -> None:
@@ -209,20 +216,6 @@ def make_judges(
         elif metric == "context_recall":
             judges[metric] = ContextRecallJudge(client)
     return judges
-
-
-def contexts_for(hits: Sequence[Hit], corpus_texts: Mapping[str, str] | None, limit: int) -> list[str]:
-    """Texts of the first ``limit`` hits: the hit's own text, else the corpus text of its id or document."""
-    texts: list[str] = []
-    for hit in hits:
-        text = hit.text
-        if text is None and corpus_texts is not None:
-            text = corpus_texts.get(hit.id) or (corpus_texts.get(hit.doc_id) if hit.doc_id else None)
-        if text and text.strip():
-            texts.append(text)
-        if len(texts) == limit:
-            break
-    return texts
 
 
 def _client(value: LLMConfig | LLMClient | None, cache_dir: str | Path | None) -> LLMClient | None:
@@ -338,20 +331,11 @@ async def _run_within_budget(
 ) -> list[SampleResult]:
     """Run all samples concurrently; cancel the rest as soon as the failures exceed the budget."""
     total = len(coroutines)
-    tasks = [asyncio.ensure_future(c) for c in coroutines]
-    done: list[SampleResult] = []
-    failed = 0
-    try:
-        for next_done in asyncio.as_completed(tasks):
-            sample = await next_done
-            done.append(sample)
-            failed += sample.failed
-            if not check_failure_budget(failed, total, max_share):
-                raise FailureBudgetExceeded(AnswerJudgeResult(done, usage, metrics), failed, total, max_share)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    done, failed = await gather_until_failed(
+        coroutines, lambda sample: sample.failed, allowed_failures(total, max_share)
+    )
+    if not check_failure_budget(failed, total, max_share):
+        raise FailureBudgetExceeded(AnswerJudgeResult(done, usage, metrics), failed, total, max_share)
     return done
 
 

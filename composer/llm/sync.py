@@ -11,7 +11,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -64,3 +64,28 @@ def _settle(task: asyncio.Task[T], result: concurrent.futures.Future[T]) -> None
         result.set_exception(exc)
     else:
         result.set_result(task.result())
+
+
+async def gather_until_failed(
+    coroutines: Sequence[Coroutine[Any, Any, T]], failed: Callable[[T], bool], allowed: int | None
+) -> tuple[list[T], int]:
+    """Run ``coroutines`` concurrently: (results in completion order, how many ``failed``).
+
+    As soon as more than ``allowed`` results failed (None: no limit) the calls still pending are
+    cancelled, so a run that is over its failure budget stops paying for requests at once.
+    """
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    done: list[T] = []
+    n_failed = 0
+    try:
+        for next_done in asyncio.as_completed(tasks):
+            result = await next_done
+            done.append(result)
+            n_failed += failed(result)
+            if allowed is not None and n_failed > allowed:
+                break
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return done, n_failed

@@ -1,4 +1,5 @@
-"""The answer-scorer interface: the deterministic scorers here and the LLM judges that plug in later."""
+"""The answer-scorer interface, implemented by the deterministic scorers here and the LLM judges
+(``composer.judges``), and what both agree on: which answers are left unscored, which references count."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ class AnswerScorer(Protocol):
         ...
 
 
-def _gradable(answer: str | None) -> str | Score:
-    """The answer, or the unscored Score of an empty answer or a refusal.
+def unscorable(answer: str | None) -> Score | None:
+    """The unscored Score of an empty answer or a refusal, None for an answer to grade.
 
     The report counts those instead of grading them 0: a refusal is no hallucination.
     """
@@ -40,10 +41,10 @@ def _gradable(answer: str | None) -> str | Score:
         return Score(None, "empty answer")
     if is_refusal(answer):
         return Score(None, "refusal")
-    return answer
+    return None
 
 
-def _references(question: Question, reference: Reference) -> list[str]:
+def references(question: Question, reference: Reference) -> list[str]:
     """The given reference answers, else the question's gold answers."""
     if reference is None:
         return list(question.gold_answers)
@@ -59,10 +60,10 @@ class _GoldScorer(ABC):
     def score(
         self, question: Question, answer: str | None, contexts: Sequence[str], reference: Reference
     ) -> Score:
-        text = _gradable(answer)
-        if isinstance(text, Score):
-            return text
-        golds = _references(question, reference)
+        if (skip := unscorable(answer)) is not None:
+            return skip
+        text = answer or ""  # not empty: unscorable said so
+        golds = references(question, reference)
         if not golds:
             return Score(None, "no reference answer")
         return self._grade(text, golds, shared_language(text, *golds))
@@ -101,10 +102,9 @@ class OverlapFaithfulnessScorer:
     def score(
         self, question: Question, answer: str | None, contexts: Sequence[str], reference: Reference
     ) -> Score:
-        text = _gradable(answer)
-        if isinstance(text, Score):
-            return text
-        claimed, missing = unsupported(text, contexts)
+        if (skip := unscorable(answer)) is not None:
+            return skip
+        claimed, missing = unsupported(answer or "", contexts)
         if not claimed:
             return Score(None, "answer has no content words")
         found = len(claimed) - len(missing)

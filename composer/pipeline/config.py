@@ -213,7 +213,7 @@ def load_pipeline_config(
     before validation, so a file that needs them (query expansion without a model) still loads.
     """
     p = Path(path)
-    data = read_yaml(p)
+    data = read_yaml(p, what="pipeline file")
     if data is None:
         data = {}
     if not isinstance(data, dict):

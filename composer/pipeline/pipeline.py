@@ -13,13 +13,13 @@ import numpy as np
 
 from composer.chunking import Chunk, chunk_corpus
 from composer.data.types import Corpus, Hit, Question, Run
-from composer.embedding import CachedEmbedder, EmbeddingCache, make_embedder
+from composer.embedding import CachedEmbedder, Embedder, EmbeddingCache, make_embedder
 from composer.errors import ComposerError
 from composer.generation import Answer, Expansion, Generator, QueryExpander, answer_questions, fuse_rankings
 from composer.index import Bm25Encoder, SparseVector, VectorIndex, open_index
 from composer.index.base import IndexBuildLost
 from composer.llm import LLMClient, LLMConfig, judge_config
-from composer.pipeline.config import PipelineConfig, load_pipeline_config
+from composer.pipeline.config import EmbeddingConfig, PipelineConfig, load_pipeline_config
 from composer.retrieval import Reranker, make_reranker
 
 DEFAULT_WORKDIR = Path(".composer")
@@ -40,6 +40,9 @@ ProgressHook = Callable[[str, int, int], None]
 _BACKENDS: dict[tuple[str | None, str], VectorIndex] = {}
 # One LLM client per (settings, cache): trials share its HTTP sessions, concurrency bound and counters.
 _CLIENTS: dict[tuple[str, str], LLMClient] = {}
+# One embedder per embedding settings: its model loads once per process, not again for every trial that
+# encodes (a new chunking, new questions) nor for the judge when it embeds with the same model.
+_EMBEDDERS: dict[str, Embedder] = {}
 
 
 def shared_client(config: LLMConfig, cache_dir: Path) -> LLMClient:
@@ -48,6 +51,14 @@ def shared_client(config: LLMConfig, cache_dir: Path) -> LLMClient:
     if slot not in _CLIENTS:
         _CLIENTS[slot] = LLMClient(config, cache_dir=cache_dir)
     return _CLIENTS[slot]
+
+
+def shared_embedder(config: EmbeddingConfig) -> Embedder:
+    """The process's embedder for these settings (wrap it in a CachedEmbedder for per-run counters)."""
+    slot = config.model_dump_json()
+    if slot not in _EMBEDDERS:
+        _EMBEDDERS[slot] = make_embedder(config)
+    return _EMBEDDERS[slot]
 
 
 @dataclass(frozen=True)
@@ -121,7 +132,7 @@ class Pipeline:
                 hook = self.progress
                 on_progress = lambda done, total: hook("encode", done, total)  # noqa: E731
             self._embedder = CachedEmbedder(
-                make_embedder(self.config.embedding), self._cache, on_progress=on_progress
+                shared_embedder(self.config.embedding), self._cache, on_progress=on_progress
             )
         return self._embedder
 

@@ -138,7 +138,7 @@ class ExperimentConfig(_Strict):
 
     @property
     def tracking_uri(self) -> str:
-        return self.mlflow.tracking_uri or f"sqlite:///{self.work_dir / 'mlflow.db'}"
+        return self.mlflow.tracking_uri or default_tracking_uri(self.work_dir)
 
     @property
     def mlflow_experiment(self) -> str:
@@ -155,6 +155,11 @@ class ExperimentConfig(_Strict):
 def default_storage(workdir: Path) -> str:
     """The Optuna storage `composer optimize` uses when the experiment names none."""
     return f"sqlite:///{workdir.resolve() / 'optuna.db'}"
+
+
+def default_tracking_uri(workdir: Path) -> str:
+    """The MLflow store `composer optimize` uses when the experiment names none."""
+    return f"sqlite:///{workdir.resolve() / 'mlflow.db'}"
 
 
 def load_experiment(path: str | Path) -> ExperimentConfig:

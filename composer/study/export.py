@@ -16,7 +16,7 @@ import yaml
 from composer.errors import InputError
 from composer.files import write_atomic
 from composer.study.leaderboard import STUDY_ATTR, ranked_trials
-from composer.study.tracking import scrub
+from composer.study.tracking import scrub, scrub_url
 
 if TYPE_CHECKING:
     import optuna
@@ -50,7 +50,7 @@ def export_document(study: optuna.Study, trial: optuna.trial.FrozenTrial, storag
     provenance = {
         "study": study.study_name,
         "trial": trial.number,
-        "storage": scrub({"url": storage})["url"],
+        "storage": scrub_url(storage),
         "corpus": info.get("corpus"),
         "corpus_fingerprint": info.get("corpus_fingerprint"),
         "questions": info.get("questions"),

@@ -18,9 +18,9 @@ from composer.study.experiment import SECONDARY_DIRECTIONS, ObjectiveConfig
 
 logger = logging.getLogger(__name__)
 
-# LLM-judge metrics (they arrive with the LLM issue) and the deterministic metric standing in for each
-# until a judge is configured: token-level F1 against the gold answers for correctness, and the share of
-# answer tokens found in the retrieved contexts for faithfulness.
+# LLM-judge metrics and the deterministic metric standing in for each in a study without a judge:
+# token-level F1 against the gold answers for correctness, and the share of answer tokens found in the
+# retrieved contexts for faithfulness.
 STAND_INS: dict[str, str] = {"answer_correctness": "token_f1", "faithfulness": "faithfulness_overlap"}
 
 

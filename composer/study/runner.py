@@ -27,7 +27,6 @@ from composer.evaluation.pipeline import (
     DEFAULT_KS,
     BatchHook,
     Judging,
-    QuestionTiming,
     RetrievalPipeline,
     Scored,
     make_judging,
@@ -49,19 +48,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "DEFAULT_KS",
     "LLM_USAGE_ATTR",
-    "BatchHook",
-    "QuestionTiming",
-    "RetrievalPipeline",
-    "Scored",
     "StudyData",
     "TrialLog",
     "TrialRunner",
     "config_hash",
     "flat_metrics",
     "pruned_metrics",
-    "score_pipeline",
 ]
 
 USAGE_METRICS = frozenset(Usage().to_dict())
@@ -76,7 +69,7 @@ def config_hash(config: PipelineConfig) -> str:
 
 def flat_metrics(scored: Scored, objective: Objective) -> dict[str, float]:
     """Every metric mean, the composite and the cost metrics, keyed as reports key them (``recall@10``)."""
-    out = {name: st.mean for name, st in scored.report.stats().items()}
+    out: dict[str, float] = dict(scored.report.means())
     out.update(scored.secondary_metrics())
     out.update(scored.llm_metrics())
     for stage, stats in scored.report.latency_ms().items():
@@ -104,7 +97,6 @@ class StudyData:
     objective: ObjectiveConfig
     workdir: Path
     qdrant: str | None = None
-    api_key: str | None = None
     batch_size: int = 50
     llm: LLMConfig | None = None
     judge: JudgeConfig | None = None
@@ -120,8 +112,7 @@ class StudyData:
     def pipeline(self, config: PipelineConfig) -> RetrievalPipeline:
         from composer.pipeline.pipeline import Pipeline
 
-        return Pipeline.from_config(config, workdir=self.workdir, qdrant=self.qdrant, api_key=self.api_key,
-                                    llm=self.llm)
+        return Pipeline.from_config(config, workdir=self.workdir, qdrant=self.qdrant, llm=self.llm)
 
     @cached_property
     def judging(self) -> Judging | None:
@@ -205,8 +196,7 @@ class TrialRunner:
             finally:
                 if usage.calls:  # whatever the trial's end, for the study's totals (a repeat spends none)
                     trial.set_user_attr(LLM_USAGE_ATTR, usage_metrics(usage))
-        scored.steps = steps
-        objective = self._objective(scored.report)
+        objective = self.objective_for(scored.report)
         metrics = flat_metrics(scored, objective)
         trial.set_user_attr("metrics", metrics)
         log.state, log.metrics, log.steps, log.scored = "COMPLETE", metrics, steps, scored
@@ -214,19 +204,20 @@ class TrialRunner:
         values = objective.values(metrics)
         return values[0] if len(values) == 1 else values
 
-    def _objective(self, report: EvaluationReport) -> Objective:
-        """Resolved on the first batch scored: which metrics exist depends on the data (and the judge),
-        not the trial; a judged metric counts as available even if no sample of that batch scored it."""
+    def objective_for(self, report: EvaluationReport) -> Objective:
+        """The study's objective, resolved on the first report scored (a trial's first batch, or a
+        held-out re-score when no trial ran here): which metrics exist depends on the data (and the
+        judge), not the trial; a judged metric counts as available even if no sample scored it yet."""
         if self.objective is None:
             judged = self.data.judging.settings.metrics if self.data.judging is not None else ()
-            self.objective = Objective.resolve(self.data.objective, {*report.stats(), *judged})
+            self.objective = Objective.resolve(self.data.objective, {*report.means(), *judged})
         return self.objective
 
     def _step(self, trial: optuna.Trial, step: int, report: EvaluationReport, steps: list[float]) -> None:
         import optuna
 
-        objective = self._objective(report)
-        value = objective.composite({name: st.mean for name, st in report.stats().items()})
+        objective = self.objective_for(report)
+        value = objective.composite(report.means())
         steps.append(value)
         if objective.secondary:
             return  # Optuna prunes single-objective studies only

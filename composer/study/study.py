@@ -9,7 +9,6 @@ parameters (RetryHeartbeatStaleTrialCallback), and their MLflow record says so.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib.metadata
 import logging
@@ -25,13 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from composer.data.types import QuestionSet
-from composer.errors import ConfigError, InputError
+from composer.errors import ComposerError, ConfigError, InputError
 from composer.study.experiment import ExperimentConfig, PrunerConfig, SplitConfig
 from composer.study.leaderboard import STUDY_ATTR, leaderboard, ranked_trials, report_console
 from composer.study.objective import Objective
 from composer.study.runner import LLM_USAGE_ATTR, StudyData, TrialRunner
 from composer.study.space import SearchSpace, load_search_space
-from composer.study.tracking import StudyTracker, is_local_store, scrub
+from composer.study.tracking import StudyTracker, is_local_store, scrub_url
 
 if TYPE_CHECKING:
     import optuna
@@ -40,7 +39,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-QDRANT_API_KEY_ENV = "QDRANT_API_KEY"
 SCHEMA_ATTEMPTS = 6
 """Tries at opening a storage whose fresh schema other workers may be creating at the same moment."""
 
@@ -87,22 +85,38 @@ def split_questions(
 
 
 def make_storage(url: str, heartbeat_interval: int | None = None) -> optuna.storages.RDBStorage:
-    """Optuna's RDB storage; with a heartbeat, trials of dead processes are failed and retried."""
+    """Optuna's RDB storage; with a heartbeat, trials of dead processes are failed and retried.
+
+    A URL that cannot be opened (malformed, no driver for it, a server that is down or refuses us) is
+    an InputError naming it, its password masked.
+    """
     from optuna.exceptions import ExperimentalWarning
     from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+    from sqlalchemy import exc
 
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    if heartbeat_interval is None:
-        return _despite_schema_race(lambda: RDBStorage(url))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ExperimentalWarning)
-        return _despite_schema_race(lambda: RDBStorage(
-            url,
-            heartbeat_interval=heartbeat_interval,
-            grace_period=2 * heartbeat_interval,
-            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=2),
-        ))
+    try:
+        if heartbeat_interval is None:
+            return _despite_schema_race(lambda: RDBStorage(url))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ExperimentalWarning)
+            return _despite_schema_race(lambda: RDBStorage(
+                url,
+                heartbeat_interval=heartbeat_interval,
+                grace_period=2 * heartbeat_interval,
+                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=2),
+            ))
+    except (exc.ArgumentError, exc.OperationalError, ImportError) as err:
+        if isinstance(err, exc.OperationalError):
+            reason = str(err.orig)
+        elif isinstance(err, ImportError):
+            reason = f"no database driver for it ({err.__cause__ or err})"
+        else:
+            reason = str(err)
+        reason = scrub_url(" ".join(reason.split()))
+        raise InputError(f"cannot open the Optuna storage {scrub_url(url)}: {reason}",
+                         field="storage") from None
 
 
 def _despite_schema_race(open_storage: Callable[[], T]) -> T:
@@ -189,6 +203,9 @@ def open_study(exp: ExperimentConfig, space: SearchSpace, *, name: str | None = 
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    failures = logging.getLogger("optuna.study._optimize")  # where Optuna reports a failed trial
+    if not any(isinstance(f, _NoTracebackForComposerErrors) for f in failures.filters):
+        failures.addFilter(_NoTracebackForComposerErrors())
     study_name = name or exp.name
     storage = make_storage(exp.storage_url, exp.heartbeat_interval)
     directions = ["maximize", *exp.secondary_directions()]
@@ -209,14 +226,15 @@ def load_study(name: str, storage_url: str) -> optuna.Study:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    shown = scrub_url(storage_url)
     if storage_url.startswith("sqlite:///") and not Path(storage_url.removeprefix("sqlite:///")).exists():
-        raise InputError(f"no study storage at {storage_url} (give --experiment or --storage)")
+        raise InputError(f"no study storage at {shown} (give --experiment or --storage)")
+    storage = make_storage(storage_url)
     try:
-        return optuna.load_study(study_name=name, storage=make_storage(storage_url))
+        return optuna.load_study(study_name=name, storage=storage)
     except KeyError:
-        storage = make_storage(storage_url)
         names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
-        raise InputError(f"no study '{name}' in {storage_url} (studies there: {', '.join(names) or 'none'})"
+        raise InputError(f"no study '{name}' in {shown} (studies there: {', '.join(names) or 'none'})"
                          ) from None
 
 
@@ -239,6 +257,15 @@ def run_study(
     corpus = load_corpus(exp.corpus)
     questions = load_questions(exp.questions, corpus=corpus)
     selection, held_out = split_questions(questions, exp.split)
+    data = StudyData(
+        corpus=corpus, questions=selection, space=space, objective=exp.objective, workdir=exp.work_dir,
+        qdrant=exp.qdrant, batch_size=exp.batch_size, llm=exp.llm, judge=exp.judge,
+    )
+    # Settings no trial could run with fail here, before the study starts, not once per trial: an unset
+    # key variable, a judge without a model.
+    if exp.llm is not None:
+        exp.llm.api_key()
+    data.judging  # noqa: B018 - builds the study's one judge
     study = open_study(exp, space, name=study_name)
     provenance = _provenance(exp, space, corpus.fingerprint(), questions, selection)
     _check_same_data(study, provenance)
@@ -249,11 +276,6 @@ def run_study(
         max_traces=exp.mlflow.traces, study_params=_study_params(exp, provenance),
     )
     _record_lost_trials(study, tracker)
-    data = StudyData(
-        corpus=corpus, questions=selection, space=space, objective=exp.objective, workdir=exp.work_dir,
-        qdrant=exp.qdrant, batch_size=exp.batch_size, llm=exp.llm, judge=exp.judge,
-        api_key=os.environ.get(QDRANT_API_KEY_ENV) if exp.qdrant and exp.qdrant.startswith("http") else None,
-    )
     runner = TrialRunner(data, tracker)
     target = n_trials if n_trials is not None else exp.n_trials
     finished_states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
@@ -265,10 +287,9 @@ def run_study(
                   highlight=False)
     status = "FAILED"
     callbacks: list[Any] = []
-    objective: Callable[[optuna.Trial], Any] = runner
     if target is not None:
         callbacks.append(optuna.study.MaxTrialsCallback(target, states=_holding_states()))
-        objective = _first_trials_only(target, runner, tracker)
+    objective = _first_trials_only(target, runner, tracker)
     try:
         if remaining != 0:
             with StudyProgress(console, target, done, exp.timeout) as progress:
@@ -276,7 +297,7 @@ def run_study(
                                callbacks=[*callbacks, progress])
         held = None
         if held_out is not None:
-            held = _held_out(study, dataclasses.replace(data, questions=held_out), runner, console)
+            held = _held_out(study, held_out, runner, console)
         if runner.objective is not None:
             study.set_user_attr("objective_weights", dict(runner.objective.weights))
         if held is not None:
@@ -295,8 +316,18 @@ def run_study(
                        board)
 
 
-class SurplusTrial(Exception):
+class SurplusTrial(ComposerError):
     """A trial started after the study's target was reached (by other workers): failed unscored."""
+
+
+class _NoTracebackForComposerErrors(logging.Filter):
+    """Optuna logs every failed trial with its traceback; a ComposerError (an invalid sampled combination,
+    a failure budget exceeded, a surplus trial) says it all in its message, which the live view prints."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info is not None and isinstance(record.exc_info[1], ComposerError):
+            record.exc_info = None
+        return True
 
 
 def _holding_states() -> tuple[optuna.trial.TrialState, ...]:
@@ -309,9 +340,10 @@ def _holding_states() -> tuple[optuna.trial.TrialState, ...]:
 
 
 def _first_trials_only(
-    target: int, runner: TrialRunner, tracker: StudyTracker
+    target: int | None, runner: TrialRunner, tracker: StudyTracker
 ) -> Callable[[optuna.Trial], Any]:
-    """The objective for the first ``target`` trials that hold a slot, in trial-number order.
+    """The objective for the first ``target`` trials that hold a slot, in trial-number order (every
+    trial without a target), each recording the worker that ran it.
 
     Two workers checking the count at the same instant may both start one more trial; numbers are
     unique, so every worker agrees which is surplus: it stops its worker and fails unscored.
@@ -319,9 +351,11 @@ def _first_trials_only(
     holding = _holding_states()
 
     def objective(trial: optuna.Trial) -> Any:
+        trial.set_user_attr("worker", WORKER)
+        if target is None:
+            return runner(trial)
         trials = trial.study.get_trials(deepcopy=False, states=holding)
         ahead = sum(1 for t in trials if t.number < trial.number)
-        trial.set_user_attr("worker", WORKER)
         if ahead >= target:
             trial.study.stop()
             reason = f"surplus: the study's {target} trials were already taken by other workers"
@@ -396,7 +430,7 @@ def _record_lost_trials(study: optuna.Study, tracker: StudyTracker) -> None:
 
 
 def _held_out(
-    study: optuna.Study, data: StudyData, runner: TrialRunner, console: Console
+    study: optuna.Study, questions: QuestionSet, runner: TrialRunner, console: Console
 ) -> dict[str, Any] | None:
     """Re-score the winner and the runner-up on the held-out questions; CI of their paired difference.
 
@@ -409,31 +443,28 @@ def _held_out(
     ranked = ranked_trials(study)
     if not ranked:
         return None
+    data = runner.data
     contenders = ranked[:2]
     names = ", ".join(f"#{t.number}" for t in contenders)
-    console.print(f"re-scoring {names} on {len(data.questions)} held-out questions", highlight=False)
-    out: dict[str, Any] = {"n_questions": len(data.questions)}
+    console.print(f"re-scoring {names} on {len(questions)} held-out questions", highlight=False)
+    out: dict[str, Any] = {"n_questions": len(questions)}
     scores = []
     for t in contenders:
         try:
             pipeline = data.pipeline(PipelineConfig.from_dict(t.user_attrs["config"]))
             pipeline.index(data.corpus)
-            scored = data.score(pipeline, data.questions, batch_size=len(data.questions))
+            scored = data.score(pipeline, questions, batch_size=len(questions))
         except Exception as exc:
             out["error"] = f"re-scoring trial #{t.number} failed: {type(exc).__name__}: {exc}"[:4000]
             console.print(f"held-out {out['error']}", style="red", markup=False, highlight=False)
             break
-        if runner.objective is None:
-            runner.objective = Objective.resolve(data.objective, scored.report.stats().keys())
         scores.append(scored)
-    objective = runner.objective
     if not scores:
         return out
-    assert objective is not None
+    objective = runner.objective_for(scores[0].report)
     for role, t, scored in zip(("winner", "runner_up"), contenders, scores, strict=False):
-        stats = {name: st.mean for name, st in scored.report.stats().items()}
         out[role] = {"trial": t.number, "selection_composite": t.user_attrs["metrics"]["composite"],
-                     "held_out_composite": objective.composite(stats)}
+                     "held_out_composite": objective.composite(scored.report.means())}
     if len(scores) == 2:
         pairs = [(objective.per_question(a.metrics), objective.per_question(b.metrics))
                  for a, b in zip(scores[0].report.samples, scores[1].report.samples, strict=True)]
@@ -478,7 +509,8 @@ def _summary(study: optuna.Study, exp: ExperimentConfig, provenance: dict[str, A
              seconds: float) -> tuple[dict[str, Any], dict[str, float]]:
     from optuna.trial import TrialState
 
-    counts = {state.name: len(study.get_trials(deepcopy=False, states=(state,)))
+    trials = study.get_trials(deepcopy=False)  # one read of the storage for the counts and errors
+    counts = {state.name: sum(t.state == state for t in trials)
               for state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)}
     ranked = ranked_trials(study)
     best = ranked[0] if ranked else None
@@ -486,8 +518,8 @@ def _summary(study: optuna.Study, exp: ExperimentConfig, provenance: dict[str, A
     llm = llm_totals(study)
     summary: dict[str, Any] = {
         "study": study.study_name,
-        "storage": scrub({"url": exp.storage_url})["url"],
-        "n_trials": len(study.trials),
+        "storage": scrub_url(exp.storage_url),
+        "n_trials": len(trials),
         "n_complete": counts["COMPLETE"],
         "n_pruned": counts["PRUNED"],
         "n_failed": counts["FAIL"],
@@ -502,7 +534,7 @@ def _summary(study: optuna.Study, exp: ExperimentConfig, provenance: dict[str, A
                       "secondary": list(exp.objective.secondary)},
         "encode": encode,
         "llm_usage": llm or None,
-        "errors": sorted({str(t.user_attrs["error"]) for t in study.get_trials(deepcopy=False)
+        "errors": sorted({str(t.user_attrs["error"]) for t in trials
                           if t.state == TrialState.FAIL and "error" in t.user_attrs})[:10],
         "held_out": held,
         "data": provenance,
@@ -525,7 +557,10 @@ def _summary(study: optuna.Study, exp: ExperimentConfig, provenance: dict[str, A
 def _plots(study: optuna.Study, exp: ExperimentConfig) -> dict[str, str]:
     """Optuna's history, importance and parallel-coordinate plots as self-contained (offline) HTML."""
     from optuna import visualization as vis
-    from optuna.trial import FrozenTrial
+    from optuna.trial import FrozenTrial, TrialState
+
+    if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        return {}  # nothing to draw: Optuna would only print a warning per plot
 
     def composite(t: FrozenTrial) -> float:
         return float(t.values[0])

@@ -21,15 +21,17 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from composer.errors import InputError
+from composer.evaluation.pipeline import Scored
 from composer.files import write_atomic
 from composer.locks import FileLock
 from composer.pipeline.config import PipelineConfig
-from composer.study.runner import Scored, TrialLog
+from composer.study.runner import TrialLog
 
 if TYPE_CHECKING:
     import pandas as pd
     from mlflow import MlflowClient
-    from mlflow.entities import LiveSpan
+    from mlflow.entities import LiveSpan, Param
 
 logger = logging.getLogger(__name__)
 
@@ -78,10 +80,16 @@ def scrub(values: Mapping[str, Any]) -> dict[str, Any]:
         elif isinstance(value, Mapping):
             out[key] = scrub(value)
         elif isinstance(value, str):
-            out[key] = _URL_USERINFO.sub(MASK + "@", value)
+            out[key] = scrub_url(value)
         else:
             out[key] = value
     return out
+
+
+def scrub_url(text: str) -> str:
+    """``text`` with the ``user:password@`` of every URL in it masked: storage and tracking URLs may carry
+    a database password, and what Composer prints often ends up in a log."""
+    return _URL_USERINFO.sub(MASK + "@", text)
 
 
 def _names_variable(key: Any, value: str) -> bool:
@@ -113,19 +121,25 @@ class StudyTracker:
     ) -> None:
         import mlflow
         from mlflow import MlflowClient
+        from mlflow.exceptions import MlflowException
 
         if tracking_uri.startswith("sqlite:///"):
             Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        mlflow.set_tracking_uri(tracking_uri)  # traces and the fluent run context follow this URI
         self.tracking_uri = tracking_uri
         self.study_name = study_name
         self.max_traces = max_traces
         # The first client to open a new local store creates its tables: two workers starting together
         # would corrupt that migration, and each would create a parent run. Locally both happen in turn.
-        with _local_store_lock(tracking_uri):
-            self.client: MlflowClient = MlflowClient(tracking_uri)
-            self.experiment_id = self._experiment(experiment, artifact_root)
-            self.parent_run_id = self._parent(study_params or {})
+        try:
+            with _local_store_lock(tracking_uri):
+                self.client: MlflowClient = MlflowClient(tracking_uri)
+                self.experiment_id = self._experiment(experiment, artifact_root)
+                self.parent_run_id = self._parent(study_params or {})
+        except MlflowException as exc:  # an unsupported URI, a server that is down or refuses us
+            reason = scrub_url(" ".join(str(exc.message).split()))[:500]
+            raise InputError(f"cannot use the MLflow store {scrub_url(tracking_uri)}: {reason}",
+                             field="mlflow.tracking_uri") from None
+        mlflow.set_tracking_uri(tracking_uri)  # traces and the fluent run context follow this URI
 
     # Set-up ------------------------------------------------------------------------------------------
     def _experiment(self, name: str, artifact_root: Path | None) -> str:
@@ -168,10 +182,7 @@ class StudyTracker:
         if first != run_id:
             self.client.delete_run(run_id)
             return first
-        from mlflow.entities import Param
-
-        flat = scrub(flatten(params))
-        self.client.log_batch(run_id, params=[Param(k, _param_value(v)) for k, v in flat.items()])
+        self.client.log_batch(run_id, params=_params(params))
         return run_id
 
     def _parent_runs(self) -> list[str]:
@@ -202,30 +213,15 @@ class StudyTracker:
 
     def log_trial(self, log: TrialLog) -> str:
         """One nested run: params, metrics (every metric at every k), tags, artifacts and traces."""
-        from mlflow.entities import Metric, Param
+        from mlflow.entities import Metric
 
-        tags = {
-            "mlflow.parentRunId": self.parent_run_id,
-            STUDY_TAG: self.study_name,
-            ROLE_TAG: "trial",
-            TRIAL_TAG: str(log.number),
-            STATE_TAG: log.state,
-            **log.tags,
-        }
-        run = self.client.create_run(
-            self.experiment_id,
-            start_time=int(log.started.timestamp() * 1000),
-            run_name=f"trial-{log.number:03d}",
-            tags=scrub(tags),
-        )
-        run_id = str(run.info.run_id)
+        run_id = self._trial_run(log.number, log.state, log.tags,
+                                 start_time=int(log.started.timestamp() * 1000))
         now = int(time.time() * 1000)
-        params = scrub(flatten(log.config.to_dict()))
         metrics = [Metric(mlflow_metric_name(k), float(v), now, 0) for k, v in log.metrics.items()
                    if isinstance(v, int | float)]
         metrics += [Metric("running_composite", v, now, step) for step, v in enumerate(log.steps)]
-        self.client.log_batch(run_id, metrics=metrics,
-                              params=[Param(k, _param_value(v)) for k, v in params.items()])
+        self.client.log_batch(run_id, metrics=metrics, params=_params(log.config.to_dict()))
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp)
             write_atomic(out / "config.yaml", yaml.safe_dump(scrub(log.config.to_dict()), allow_unicode=True,
@@ -244,19 +240,22 @@ class StudyTracker:
     def log_failed_trial(self, number: int, config: Mapping[str, Any] | None, reason: str) -> None:
         """A FAILED run for a trial that never got as far as a pipeline: its sampled values were invalid,
         or its process died (failed by heartbeat). ``config`` may be nested or flat (trial params)."""
-        from mlflow.entities import Param
+        run_id = self._trial_run(number, "FAIL", {"composer.error": reason})
+        if config:
+            self.client.log_batch(run_id, params=_params(config))
+        self.client.set_terminated(run_id, status="FAILED")
 
+    def _trial_run(self, number: int, state: str, tags: Mapping[str, str], **options: Any) -> str:
+        """A new run for trial ``number`` nested under the study's parent; its tags scrubbed, as a trial's
+        error may quote a sampled value (an endpoint with a password in it, say)."""
         run = self.client.create_run(
             self.experiment_id,
             run_name=f"trial-{number:03d}",
-            tags={"mlflow.parentRunId": self.parent_run_id, STUDY_TAG: self.study_name, ROLE_TAG: "trial",
-                  TRIAL_TAG: str(number), STATE_TAG: "FAIL", "composer.error": reason},
+            tags=scrub({"mlflow.parentRunId": self.parent_run_id, STUDY_TAG: self.study_name,
+                        ROLE_TAG: "trial", TRIAL_TAG: str(number), STATE_TAG: state, **tags}),
+            **options,
         )
-        if config:
-            params = scrub(flatten(config))
-            self.client.log_batch(run.info.run_id,
-                                  params=[Param(k, _param_value(v)) for k, v in params.items()])
-        self.client.set_terminated(run.info.run_id, status="FAILED")
+        return str(run.info.run_id)
 
     def _traces(self, run_id: str, log: TrialLog) -> None:
         """Per-question MLflow traces (spans retrieve, rerank, generate, judge) linked to the trial run."""
@@ -385,6 +384,13 @@ def _generation_attributes(scored: Scored, qid: str, cfg: PipelineConfig) -> dic
         if result.error_kind is not None:
             attributes["error"] = f"{result.error_kind}: {result.error}"
     return attributes
+
+
+def _params(values: Mapping[str, Any]) -> list[Param]:
+    """MLflow params of a (nested) mapping: flattened, scrubbed, each value as text MLflow accepts."""
+    from mlflow.entities import Param
+
+    return [Param(k, _param_value(v)) for k, v in scrub(flatten(values)).items()]
 
 
 def _param_value(value: Any) -> str:
