@@ -106,12 +106,16 @@ def test_trials_complete_prune_and_repeat(finished: Finished) -> None:
     trials = finished.study.trials
     states = [t.state.name for t in trials]
     assert states[:3] == ["COMPLETE", "PRUNED", "COMPLETE"]
-    assert sum(s in ("COMPLETE", "PRUNED") for s in states) == 5
+    finished_trials = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED")]
+    distinct = [t for t in finished_trials if "duplicate_of" not in t.user_attrs]
+    assert len(distinct) == 5  # n_trials counts distinct configurations: repeats do not use up a slot
+    assert len({t.user_attrs["config_hash"] for t in distinct}) == 5
+    assert len(finished_trials) <= 2 * 5  # within the repeat allowance
     assert trials[1].user_attrs["pruned_at"] == {"step": 0, "questions": 15}
     assert trials[2].user_attrs["duplicate_of"] == 0 and trials[2].value == trials[0].value
     assert sorted(trials[0].intermediate_values) == [0, 1, 2]  # 45 selection questions in batches of 15
     assert "study e2e" in finished.output and "best: trial #" in finished.output
-    print(f"\nstudy of 5 trials (45 + 15 questions): {finished.seconds:.1f} s")
+    print(f"\nstudy of 5 configurations (45 + 15 questions): {finished.seconds:.1f} s")
 
 
 def test_mlflow_parent_and_one_nested_run_per_trial(finished: Finished) -> None:

@@ -178,3 +178,25 @@ def test_the_report_console_is_wide_only_when_piped(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("FORCE_COLOR", "1")  # Rich then takes the output for a terminal: its own width
     console = report_console()
     assert console.is_terminal and console.width != PIPED_WIDTH
+
+
+def test_a_space_smaller_than_n_trials_ends_within_the_repeat_allowance(experiment: Path) -> None:
+    """Two configurations and n_trials 4: both are scored, TPE's repeats are answered from them, and the
+    study stops at twice n_trials trials instead of proposing forever."""
+    from composer.study.study import REPEAT_ALLOWANCE
+
+    text = experiment.read_text(encoding="utf-8")
+    space = experiment.parent / "tiny-space.yaml"
+    space.write_text("dimensions:\n  retrieval.mode: {choices: [bm25]}\n  retrieval.k: {choices: [5, 10]}\n",
+                     encoding="utf-8")
+    experiment.write_text(text.replace("search_space: space.yaml", f"search_space: {space.name}"),
+                          encoding="utf-8")
+    result = CliRunner().invoke(app, ["optimize", str(experiment)])
+    assert result.exit_code == 0, result.output
+    study = optuna.load_study(study_name=load_experiment(experiment).name,
+                              storage=load_experiment(experiment).storage_url)
+    finished = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
+    distinct = [t for t in finished if "duplicate_of" not in t.user_attrs]
+    assert len({t.params["retrieval.k"] for t in distinct}) == len(distinct) == 2
+    assert len(finished) == REPEAT_ALLOWANCE * 4
+    assert all(t.value == next(d.value for d in distinct if d.params == t.params) for t in finished)

@@ -43,8 +43,8 @@ class StudyProgress:
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         from optuna.trial import TrialState
 
-        if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):
-            self.done += 1
+        if trial.state in (TrialState.COMPLETE, TrialState.PRUNED) and "duplicate_of" not in trial.user_attrs:
+            self.done += 1  # a repeat does not use up one of the n_trials (see composer.study.study)
         self.finished_here += 1
         self._update_best(study)
         value = "–" if trial.values is None else ", ".join(f"{v:.4f}" for v in trial.values)

@@ -1,10 +1,12 @@
 """Run a study: open (or resume) the Optuna study, optimize with a live view, re-score the winner, report.
 
 Resuming is the default: the study lives in an RDB storage (SQLite in the workdir unless told otherwise)
-and is loaded if it exists. ``n_trials`` is the study's total of finished (complete or pruned) trials, so
-running the same command again only runs what is missing. Trials alive in a process that died stop
-sending heartbeats; once their grace period passes they are marked failed and retried with the same
-parameters (RetryHeartbeatStaleTrialCallback), and their MLflow record says so.
+and is loaded if it exists. ``n_trials`` is the study's total of finished (complete or pruned) distinct
+configurations, so running the same command again only runs what is missing; a configuration TPE proposes
+again is answered from its earlier trial and does not use up a slot (within ``REPEAT_ALLOWANCE``).
+Trials alive in a process that died stop sending heartbeats; once their grace period passes they are
+marked failed and retried with the same parameters (RetryHeartbeatStaleTrialCallback), and their MLflow
+record says so.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import random
 import socket
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -279,8 +281,10 @@ def run_study(
     runner = TrialRunner(data, tracker)
     target = n_trials if n_trials is not None else exp.n_trials
     finished_states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    done = len(study.get_trials(deepcopy=False, states=finished_states))
+    done = len(_distinct(study.get_trials(deepcopy=False, states=finished_states)))
     remaining = None if target is None else max(target - done, 0)
+    if target is not None and _target_reached(study, target):
+        remaining = 0
     console.print(f"study [bold]{study.study_name}[/bold]: {done} trials finished"
                   + (f", {remaining} to run" if remaining is not None else "")
                   + f" · {len(selection)} questions" + (f" (+{len(held_out)} held out)" if held_out else ""),
@@ -288,12 +292,14 @@ def run_study(
     status = "FAILED"
     callbacks: list[Any] = []
     if target is not None:
-        callbacks.append(optuna.study.MaxTrialsCallback(target, states=_holding_states()))
+        callbacks.append(_stop_at(target))
     objective = _first_trials_only(target, runner, tracker)
     try:
         if remaining != 0:
             with StudyProgress(console, target, done, exp.timeout) as progress:
-                study.optimize(objective, n_trials=remaining, timeout=exp.timeout, catch=(Exception,),
+                # No trial count here: repeats free their slot, so _stop_at ends the loop.
+                study.optimize(objective, n_trials=None if target is not None else remaining,
+                               timeout=exp.timeout, catch=(Exception,),
                                callbacks=[*callbacks, progress])
         held = None
         if held_out is not None:
@@ -339,6 +345,34 @@ def _holding_states() -> tuple[optuna.trial.TrialState, ...]:
     return TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING
 
 
+REPEAT_ALLOWANCE = 2
+"""A study stops at ``n_trials`` distinct configurations, or at this many times ``n_trials`` trials in all,
+so a search space smaller than ``n_trials`` (or a sampler stuck on one point) still ends."""
+
+
+def _distinct(trials: Sequence[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    """Trials that are not a repeat of an earlier trial's configuration (repeats are marked when they end;
+    a running trial counts as distinct until then)."""
+    return [t for t in trials if "duplicate_of" not in t.user_attrs]
+
+
+def _target_reached(study: optuna.Study, target: int, before: int | None = None) -> bool:
+    """``target`` distinct slot-holding trials (numbered below ``before``), or the repeat allowance spent."""
+    trials = [t for t in study.get_trials(deepcopy=False, states=_holding_states())
+              if before is None or t.number < before]
+    return len(_distinct(trials)) >= target or len(trials) >= REPEAT_ALLOWANCE * target
+
+
+def _stop_at(target: int) -> Callable[[optuna.Study, optuna.trial.FrozenTrial], None]:
+    """Optuna callback: stop this worker once the study holds its ``target`` (see ``_target_reached``)."""
+
+    def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if _target_reached(study, target):
+            study.stop()
+
+    return callback
+
+
 def _first_trials_only(
     target: int | None, runner: TrialRunner, tracker: StudyTracker
 ) -> Callable[[optuna.Trial], Any]:
@@ -348,15 +382,12 @@ def _first_trials_only(
     Two workers checking the count at the same instant may both start one more trial; numbers are
     unique, so every worker agrees which is surplus: it stops its worker and fails unscored.
     """
-    holding = _holding_states()
 
     def objective(trial: optuna.Trial) -> Any:
         trial.set_user_attr("worker", WORKER)
         if target is None:
             return runner(trial)
-        trials = trial.study.get_trials(deepcopy=False, states=holding)
-        ahead = sum(1 for t in trials if t.number < trial.number)
-        if ahead >= target:
+        if _target_reached(trial.study, target, before=trial.number):
             trial.study.stop()
             reason = f"surplus: the study's {target} trials were already taken by other workers"
             trial.set_user_attr("error", reason)
