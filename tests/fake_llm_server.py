@@ -190,10 +190,14 @@ class FakeLLMServer:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
 
-    def _leave(self, status: int) -> None:
+    def _record(self, status: int) -> None:
+        """Before the reply is written: a client that has its answer must find its status recorded."""
+        with self._lock:
+            self.statuses.append(status)
+
+    def _leave(self) -> None:
         with self._lock:
             self.in_flight -= 1
-            self.statuses.append(status)
 
 
 def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
@@ -231,6 +235,7 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
         def _chat(self, body: dict[str, Any]) -> None:
             server._enter("chat")
             status = 200
+            recorded = False
             try:
                 req = ChatRequest(
                     model=str(body.get("model", "")),
@@ -244,6 +249,8 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 reply = server._next_reply(req)
                 status = reply.status
                 time.sleep(server.latency + reply.delay)
+                server._record(status)
+                recorded = True
                 if reply.raw_body is not None:
                     self._send_raw(reply.status, reply.raw_body, reply.headers)
                     return
@@ -272,7 +279,9 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (a timeout test): nothing to answer
             finally:
-                server._leave(status)
+                if not recorded:
+                    server._record(status)
+                server._leave()
 
         def _embeddings(self, body: dict[str, Any]) -> None:
             server._enter("embedding")
@@ -296,11 +305,12 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                     "model": body.get("model", ""),
                     "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
                 }
+                server._record(200)
                 self._send(200, payload)
             except (BrokenPipeError, ConnectionResetError):
                 pass
             finally:
-                server._leave(200)
+                server._leave()
 
         def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
             self._send_raw(status, json.dumps(payload, ensure_ascii=False).encode("utf-8"), headers)
