@@ -184,7 +184,6 @@ def test_every_trial_completes_despite_the_faults(faulty: tuple[Study, str], ser
     assert set(weights) == {"recall@5", "answer_correctness", "faithfulness", "llm_judge_rating"}
     print(f"\nLLM study: 4 trials x {N_QUESTIONS} questions in {study.seconds:.1f} s, "
           f"{study.requests} chat requests")
-    assert study.seconds < 60
 
 
 def test_mlflow_holds_tokens_cost_and_error_rates(faulty: tuple[Study, str]) -> None:
