@@ -102,6 +102,11 @@ def mlflow_metric_name(name: str) -> str:
     return _METRIC_NAME.sub("_", name.replace("@", "_at_"))
 
 
+PARENT_SETTLE_S = 2.0
+"""Seconds a worker that created a parent run on a tracking server waits before checking for a twin: a
+twin created later than that has a later start time, so every worker picks the same earliest one."""
+
+
 def is_local_store(tracking_uri: str) -> bool:
     return tracking_uri.startswith(("sqlite:", "file:")) or "://" not in tracking_uri
 
@@ -167,7 +172,9 @@ class StudyTracker:
         """The study's parent run: the existing one (a resumed study), else a new one with study params.
 
         Workers sharing a tracking server may each find none and each create one: every creator then
-        looks again and keeps the earliest, deleting its own if it is not that one, so all log under one.
+        waits ``PARENT_SETTLE_S`` (so a parent created at the same moment elsewhere is visible), looks
+        again and keeps the earliest, deleting its own if it is not that one, so all log under one.
+        A local store needs no wait: its parent is found or created under a file lock.
         """
         found = self._parent_runs()
         if found:
@@ -178,6 +185,8 @@ class StudyTracker:
             run_name=self.study_name,
             tags={STUDY_TAG: self.study_name, ROLE_TAG: "study"},
         ).info.run_id)
+        if not is_local_store(self.tracking_uri):
+            time.sleep(PARENT_SETTLE_S)
         first = self._parent_runs()[0]
         if first != run_id:
             self.client.delete_run(run_id)
