@@ -26,7 +26,7 @@ import numpy as np
 from composer.embedding import CachedEmbedder, EmbeddingCache, cache_key, make_embedder
 from composer.pipeline.config import EmbeddingConfig
 
-ARCD = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "arcd" / "corpus.jsonl"
+ARCD = Path(__file__).resolve().parents[1] / "examples" / "arcd" / "corpus.jsonl"
 
 
 def arcd_paragraphs(n: int) -> list[str]:

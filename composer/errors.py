@@ -1,4 +1,5 @@
-"""Errors that reach the user as one readable line (the CLI maps them to exit code 2)."""
+"""Errors that reach the user as one readable line, no traceback: exit code 2 for bad input, 1 for a run
+that had to stop (the CLI reads ``exit_code``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,15 @@ if TYPE_CHECKING:
 
 class ComposerError(Exception):
     """Base class for errors Composer reports without a traceback."""
+
+    exit_code = 2
+
+
+class StudyStopped(ComposerError):
+    """A study ended early because its trials kept failing (a dead endpoint, a broken store): the input
+    may be fine, so the exit code says "the run failed", not "bad input"."""
+
+    exit_code = 1
 
 
 class InputError(ComposerError):

@@ -15,10 +15,12 @@ from types import TracebackType
 
 
 class FileLock:
-    """An exclusive lock on ``path`` (created if missing; never deleted by the lock itself)."""
+    """An exclusive lock on ``path``, or with ``shared`` one that other shared holders may hold too (the
+    file is created if missing, never deleted by the lock itself)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, shared: bool = False) -> None:
         self.path = Path(path)
+        self.shared = shared
         self._fd: int | None = None
 
     @property
@@ -32,7 +34,8 @@ class FileLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            mode = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
+            fcntl.flock(fd, mode | (0 if blocking else fcntl.LOCK_NB))
         except BlockingIOError:
             os.close(fd)
             return False

@@ -1,18 +1,64 @@
 """One SQLite file shared by every process and thread of a workdir: what Composer's disk caches build on.
 
 WAL lets readers work while one process writes, and the busy timeout makes concurrent writers (several
-study workers) queue instead of failing. The connection is opened per process, because a SQLite
-connection must never cross a fork, and shared by the process's threads behind a lock.
+study workers) queue instead of failing. A process opens one connection per file, because a SQLite
+connection must never cross a fork, and shares it among its threads and its stores on that file behind a
+lock.
+
+A damaged file ("file is not a database", "database disk image is malformed": garbage, truncated, torn) is
+moved aside to ``<name>.corrupt-<UTC time>`` with its ``-wal`` and ``-shm``, with a warning, and an empty
+file takes its place: a cache is rebuilt by being used. Damage is found where finding it costs nothing:
+opening reads the header and the schema, and a damaged page fails the statement that reads it, which then
+runs again on the new file. ``PRAGMA quick_check`` on every open would cost 40–60 ms per 100 MB (warm;
+``benchmarks/bench_damaged_state.py``) and find what the first lookup finds anyway. Bytes changed inside
+a stored value go unnoticed either way (SQLite keeps no page checksums); 4 KiB of random bytes anywhere
+in a file were found 99 times in 100 (measured on an ARCD embedding cache).
+
+Moving a file that another process has open is not safe: SQLite deletes ``<file>-wal`` by name when the
+last connection to a file closes, so a late connection to the moved file would delete the new file's log.
+So a process holds a shared lock on ``<file>.lock`` while it has the file open, and the file is moved only
+under the exclusive lock: the process that finds the damage closes its connection and waits up to
+``RECOVER_WAIT_S`` for the others to do the same (each does on meeting the damage; the first to get the
+lock moves the file, the others find it moved and reopen). Should another process keep it open longer,
+this one carries on with an empty in-memory store, and a later process moves the file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+import time
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from composer.locks import FileLock
+
+logger = logging.getLogger(__name__)
+
+RECOVER_WAIT_S = 5.0
+"""How long the process that finds a file damaged waits for the other processes to close it."""
+_POLL_S = 0.05
+_DAMAGED_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB (primary result codes)
+_DAMAGED_MESSAGES = ("database disk image is malformed", "file is not a database")
+
+T = TypeVar("T")
+Identity = tuple[int, int] | None
+"""(device, inode) of a file, None when there is none: tells a moved-aside file from its replacement."""
+
+
+def damaged(exc: sqlite3.DatabaseError) -> bool:
+    """Whether ``exc`` says the file is unreadable (rather than busy, full or a broken constraint)."""
+    code = getattr(exc, "sqlite_errorcode", None)  # Python >= 3.11
+    if code is not None:
+        return code & 0xFF in _DAMAGED_CODES
+    return str(exc) in _DAMAGED_MESSAGES
 
 
 class SqliteStore:
@@ -26,54 +72,286 @@ class SqliteStore:
     ) -> None:
         self.file = Path(file)
         self.file.parent.mkdir(parents=True, exist_ok=True)
-        self._schema = tuple(schema)
-        self._busy_timeout_s = busy_timeout_s
-        self._page_size = page_size
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
-        self._pid = -1
-        with self._lock:
-            self._connection()  # a bad path fails here, not at the first lookup
+        self._settings = _Settings(tuple(schema), busy_timeout_s, page_size)
+        self._db: _Database | None = None
+        self._done: weakref.finalize[[_Database], SqliteStore] | None = None  # releases ``_db``, at most once
+        self._use(lambda conn: None)  # a bad path fails here, not at the first lookup
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Every row ``sql`` selects."""
-        with self._lock:
-            return self._connection().execute(sql, params).fetchall()
+        return self._use(lambda conn: conn.execute(sql, params).fetchall())
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         """One statement, committed at once."""
-        with self._lock:
-            self._connection().execute(sql, params)
+        self._use(lambda conn: conn.execute(sql, params))
 
     def execute_many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         """``sql`` once per row, in one transaction: every row is stored or none."""
-        with self._lock:
-            conn = self._connection()
+        batch = list(rows)  # kept: the write runs again on a new file when this one proves damaged
+
+        def write(conn: sqlite3.Connection) -> None:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.executemany(sql, rows)
+                conn.executemany(sql, batch)
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:  # SQLite rolls back by itself on some errors (damage, a full disk)
+                    conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
 
+        self._use(write)
+
     def close(self) -> None:
-        with self._lock:
-            if self._conn is not None and self._pid == os.getpid():
-                self._conn.close()
-            self._conn = None
+        if self._done is not None:
+            self._db, done, self._done = None, self._done, None
+            done()
+
+    def _use(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        if self._db is None:
+            self._db = _database(self.file, self._settings)
+            self._done = weakref.finalize(self, _release, self._db)  # a store dropped unclosed, too
+        return self._db.run(op)
+
+
+@dataclass(frozen=True)
+class _Settings:
+    schema: tuple[str, ...]
+    busy_timeout_s: float
+    page_size: int | None
+
+
+class _Database:
+    """This process's connection to one file, shared by every store on it (see the module docstring)."""
+
+    def __init__(self, file: Path, settings: _Settings) -> None:
+        self.file = file
+        self.settings = settings
+        self.users = 0
+        self.lock = threading.Lock()
+        self._guard_path = file.with_name(file.name + ".lock")
+        self._conn: sqlite3.Connection | None = None
+        self._guard: FileLock | None = None  # held shared while ``_conn`` is open on the file
+        self._pid = os.getpid()
+        self._opened: Identity = None  # the file ``_conn`` was opened on
+
+    def run(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """``op`` on the connection; run again on a new file when this one proves damaged."""
+        with self.lock:
+            try:
+                return op(self._connection())
+            except sqlite3.DatabaseError as exc:
+                if not damaged(exc):
+                    raise
+                self._recover(exc)
+            return op(self._connection())
+
+    def close(self) -> None:
+        with self.lock:
+            self._disconnect()
 
     def _connection(self) -> sqlite3.Connection:
-        """This process's connection (callers hold the lock)."""
-        if self._conn is None or self._pid != os.getpid():
-            conn = sqlite3.connect(
-                self.file, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False
-            )
-            if self._page_size is not None:
-                conn.execute(f"PRAGMA page_size={int(self._page_size)}")
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            for statement in self._schema:
-                conn.execute(statement)
-            self._conn, self._pid = conn, os.getpid()
+        """The open connection (callers hold the lock)."""
+        if self._pid != os.getpid():
+            # A forked child: the parent's connection and lock stay the parent's. Closing or unlocking
+            # them here would break the parent's (a flock lock is shared with a forked child).
+            self._conn, self._guard, self._pid = None, None, os.getpid()
+        if self._conn is None:
+            guard = FileLock(self._guard_path, shared=True)
+            guard.acquire()  # waits while another process moves a damaged file aside
+            try:
+                self._conn = _connect(self.file, self.settings)
+            except BaseException:
+                guard.release()
+                raise
+            finally:
+                self._opened = _identity(self.file)
+            self._guard = guard
         return self._conn
+
+    def _disconnect(self) -> None:
+        if self._pid != os.getpid():
+            return
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._guard is not None:
+            self._guard.release()
+            self._guard = None
+
+    def _recover(self, exc: sqlite3.DatabaseError) -> None:
+        """Close the damaged file, then move it aside, find that another process did, or fall back to
+        memory when other processes keep it open (see the module docstring)."""
+        found = self._opened
+        self._disconnect()
+        lock = FileLock(self._guard_path)
+        deadline = time.monotonic() + RECOVER_WAIT_S
+        while not lock.acquire(blocking=False):
+            if _identity(self.file) != found:
+                return  # moved aside by another process: the next use opens the new file
+            if time.monotonic() >= deadline:
+                self._conn = _connect(":memory:", self.settings)
+                logger.warning(
+                    "%s is unreadable (%s) and open in another process: this process keeps its entries in "
+                    "memory; the file is moved aside and rebuilt by a process that finds it so alone",
+                    self.file, exc,
+                )
+                return
+            time.sleep(_POLL_S)
+        try:
+            if _identity(self.file) == found:
+                aside = _move_aside(self.file)
+                logger.warning("%s is unreadable (%s): moved aside to %s; it will be rebuilt",
+                               self.file, exc, aside.name)
+        finally:
+            lock.release()
+
+
+_DATABASES: dict[str, _Database] = {}
+_REGISTRY = threading.Lock()
+
+
+def _database(file: Path, settings: _Settings) -> _Database:
+    """This process's connection to ``file``, one more store using it."""
+    key = os.path.realpath(file)
+    with _REGISTRY:
+        db = _DATABASES.get(key)
+        if db is None:
+            db = _DATABASES[key] = _Database(file, settings)
+        elif db.settings.schema != settings.schema:
+            raise ValueError(f"{file} is already open with another schema")
+        db.users += 1
+        return db
+
+
+def _release(db: _Database) -> None:
+    """One store less on ``db``: the last one closes the connection."""
+    with _REGISTRY:
+        db.users -= 1
+        if db.users > 0:
+            return
+        key = os.path.realpath(db.file)
+        if _DATABASES.get(key) is db:
+            del _DATABASES[key]
+    db.close()
+
+
+def _connect(file: str | Path, settings: _Settings) -> sqlite3.Connection:
+    """A connection in WAL mode with the schema in place: opening reads the header and the schema, so a
+    file with a garbage header fails here."""
+    conn = sqlite3.connect(
+        file, timeout=settings.busy_timeout_s, isolation_level=None, check_same_thread=False
+    )
+    try:
+        if settings.page_size is not None:
+            conn.execute(f"PRAGMA page_size={int(settings.page_size)}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        for statement in settings.schema:
+            conn.execute(statement)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _identity(file: Path) -> Identity:
+    try:
+        stat = os.stat(file)
+    except FileNotFoundError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+def _move_aside(file: Path) -> Path:
+    """Rename ``file`` with its ``-wal`` and ``-shm`` to ``<name>.corrupt-<UTC time>``, keeping them apart:
+    a new file must never meet the old one's log."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    aside = file.with_name(f"{file.name}.corrupt-{stamp}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = file.with_name(f"{file.name}.corrupt-{stamp}-{n}")
+    for suffix in ("-wal", "-shm", ""):
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(f"{file}{suffix}", f"{aside}{suffix}")
+    return aside
+
+
+_WAL_FILES: set[str] = set()
+
+
+def use_wal(database: str | Path) -> None:
+    """Open the SQLite database ``database`` in WAL mode with ``synchronous=NORMAL`` whenever SQLAlchemy
+    connects to it in this process (Optuna's storage), as the caches above: a commit then costs
+    microseconds instead of an fsync (3.7 ms here), and a study commits several times per trial; readers
+    never block the writer. A crash of the process loses nothing committed; only a power cut may lose the
+    last transactions. The MLflow store is left as MLflow opens it: the MLflow UI and users' notebooks
+    read it too, with connection pools of their own."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    if not _WAL_FILES:
+        event.listen(Engine, "connect", _wal_on_connect)
+    _WAL_FILES.add(os.path.realpath(database))
+
+
+def _wal_on_connect(dbapi_connection: Any, _record: Any) -> None:
+    if not isinstance(dbapi_connection, sqlite3.Connection):
+        return
+    cursor = dbapi_connection.cursor()
+    try:
+        files = {os.path.realpath(row[2]) for row in cursor.execute("PRAGMA database_list") if row[2]}
+        if files & _WAL_FILES:
+            cursor.execute("PRAGMA journal_mode=WAL").fetchall()
+            cursor.execute("PRAGMA synchronous=NORMAL")
+    finally:
+        cursor.close()
+
+
+NEW_FILE_WAIT_S = 5.0
+"""How long an empty store file may be someone's store being created."""
+
+
+def sqlite_problem(path: str | Path) -> str | None:
+    """Why the SQLite file ``path`` cannot be used as it is ("empty (0 bytes)", "not a SQLite database",
+    "damaged (...)"); None when it is sound or does not exist. ``PRAGMA quick_check`` reads every page:
+    fine for a study's stores (tens of MB, well under a second), not for a cache opened by every
+    command."""
+    file = Path(path)
+    deadline = time.monotonic() + NEW_FILE_WAIT_S
+    while True:
+        try:
+            stat = file.stat()
+        except FileNotFoundError:
+            return None
+        if stat.st_size > 0:
+            break
+        # Another worker may have just created it (SQLite writes its header with the first table):
+        # only a file left empty is a lost store.
+        if time.time() - stat.st_mtime > NEW_FILE_WAIT_S or time.monotonic() > deadline:
+            return "empty (0 bytes)"
+        time.sleep(0.1)
+    # Only through SQLite: closing any other descriptor of the file would drop every POSIX lock this
+    # process holds on it, and another process would then delete the WAL under our open connections.
+    try:
+        conn = sqlite3.connect(file, timeout=1.0)
+        try:
+            rows = conn.execute("PRAGMA quick_check").fetchall()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        return f"damaged ({exc})" if damaged(exc) else None  # busy: its opener waits or says so
+    if rows != [("ok",)]:
+        return "damaged (" + "; ".join(str(r[0]) for r in rows[:3]) + ")"
+    return None
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a ``sqlite:///`` URL (its query string, ``?timeout=30``, left out); None for any other
+    URL and for an in-memory database."""
+    if not url.startswith("sqlite:"):
+        return None
+    from sqlalchemy.engine import make_url
+
+    database = make_url(url).database
+    return None if not database or database == ":memory:" else Path(database)

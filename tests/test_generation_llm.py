@@ -1,4 +1,4 @@
-"""The LLM generator, query expansion with RRF fusion, and the LLM reranker against the fake server."""
+"""The LLM generator, query expansion and the LLM reranker against the fake server."""
 
 from __future__ import annotations
 
@@ -14,20 +14,13 @@ from fake_llm_server import ChatRequest, FakeLLMServer, Reply, server_error
 
 from composer.data.types import Hit, Question
 from composer.errors import ConfigError
-from composer.generation import (
-    ANSWER_TEMPLATES,
-    REFUSALS,
-    Generator,
-    LLMReranker,
-    QueryExpander,
-    RerankMode,
-    fuse_rankings,
-    rrf_fuse,
-)
-from composer.generation.prompts import HYDE, MULTI_QUERY, RERANK_LISTWISE, RERANK_POINTWISE
+from composer.generation import ANSWER_TEMPLATES, REFUSALS, Generator, answer_questions
 from composer.llm import LLMClient, LLMConfig
 from composer.llm.prompt import PromptLanguage, prompt_language
 from composer.metrics import is_refusal
+from composer.retrieval.expansion import QueryExpander
+from composer.retrieval.llm_rerank import LLMReranker, RerankMode
+from composer.retrieval.prompts import HYDE, MULTI_QUERY, RERANK_LISTWISE, RERANK_POINTWISE
 
 QUESTIONS = {
     "ar": "ما هي عاصمة مصر؟",
@@ -80,32 +73,30 @@ def test_prompt_language_detection() -> None:
 
 
 def test_generator_answers_a_batch(server: FakeLLMServer, tmp_path: Path) -> None:
-    generator = Generator(client_for(server, tmp_path), "concise", temperature=0.8, max_contexts=2)
-    answers = generator.generate_many(
-        [
-            (QUESTIONS["ar"], ["القاهرة عاصمة مصر.", "b", "c"]),
-            (QUESTIONS["fa"], []),
-            (QUESTIONS["en"], ["  "]),
-        ]
-    )
-    assert answers[0].text == "القاهرة" and answers[0].lang == "ar" and not answers[0].failed
+    generator = Generator(client_for(server, tmp_path, temperature=0.8), "concise")
+    questions = [Question(f"q{i}", QUESTIONS[lang]) for i, lang in enumerate(("ar", "fa", "en"))]
+    counted: list[int] = []
+    answers = answer_questions(questions, [["القاهرة عاصمة مصر.", "b"], [], ["  "]], generator,
+                               on_answer=counted.append)
+    first = answers["q0"]
+    assert first.text == "القاهرة" and first.lang == "ar" and not first.failed
+    assert first.contexts == ("القاهرة عاصمة مصر.", "b")  # what the judges will grade it against
     # No passage: the refusal in the question's language, without paying for a call.
-    assert (answers[1].text, answers[1].result) == (REFUSALS["fa"], None)
-    assert (answers[2].text, answers[2].lang) == (REFUSALS["en"], "en")
-    assert server.chat_requests == 1
+    assert (answers["q1"].text, answers["q1"].result) == (REFUSALS["fa"], None)
+    assert (answers["q2"].text, answers["q2"].lang) == (REFUSALS["en"], "en")
+    assert server.chat_requests == 1 and sum(counted) == 3
     request = server.received[0]
     assert request.body["temperature"] == 0.8
-    assert "[2] b" in request.prompt and "[3]" not in request.prompt  # max_contexts
+    assert "[2] b" in request.prompt and "[3]" not in request.prompt
 
 
 def test_generator_failure_is_an_answer_without_text(server: FakeLLMServer, tmp_path: Path) -> None:
     server.route = lambda req: server_error(503)
     generator = Generator(client_for(server, tmp_path))
-    (answer,) = generator.generate_many([(QUESTIONS["en"], ["Cairo is the capital of Egypt."])])
-    assert answer.failed and answer.result is not None and answer.result.error_kind == "server_error"
-    # As an Answerer, a failed generation is the empty (unanswered) answer.
     question = Question("q", QUESTIONS["en"])
-    assert generator.answer(question, [Hit("d", 1.0, text="Cairo is the capital of Egypt.")]) == ""
+    answers = answer_questions([question], [["Cairo is the capital of Egypt."]], generator)
+    answer = answers["q"]
+    assert answer.failed and answer.result is not None and answer.result.error_kind == "server_error"
 
 
 def test_unknown_template_is_a_config_error(server: FakeLLMServer, tmp_path: Path) -> None:
@@ -137,20 +128,17 @@ def test_hyde_expansion_and_failures(server: FakeLLMServer, tmp_path: Path) -> N
         QueryExpander(None, "multi_query")
 
 
-def test_rrf_fusion_is_pure_and_exact() -> None:
-    run_a = {"q1": [Hit("x", 9.0), Hit("y", 8.0, text="Y"), Hit("z", 7.0)], "q2": [Hit("m", 1.0)]}
-    run_b = {"q1": [Hit("y", 0.9), Hit("w", 0.8, doc_id="W"), Hit("y", 0.1)]}
-    fused = rrf_fuse([run_a, run_b], k=60)
-    assert [h.id for h in fused["q1"]] == ["y", "x", "w", "z"]
-    scores = {h.id: h.score for h in fused["q1"]}
-    assert scores["y"] == pytest.approx(1 / 62 + 1 / 61)  # counted once per list, at its best rank
-    assert scores["x"] == pytest.approx(1 / 61) and scores["w"] == pytest.approx(1 / 62)
-    assert fused["q1"][0].text == "Y" and fused["q1"][2].doc_id == "W"
-    assert [h.id for h in fused["q2"]] == ["m"]
-    assert [h.id for h in rrf_fuse([run_a, run_b], limit=2)["q1"]] == ["y", "x"]
-    assert run_a["q1"][0] == Hit("x", 9.0)  # inputs untouched
-    # Ties keep first-seen order.
-    assert [h.id for h in fuse_rankings([[Hit("b", 1.0)], [Hit("a", 1.0)]])] == ["b", "a"]
+def test_expansions_are_memoized_across_expanders(server: FakeLLMServer, tmp_path: Path) -> None:
+    """A study's trials share one expansion per (model, method, n, question); failures are retried."""
+    server.route = lambda req: json.dumps({"queries": ["a", "b"]})
+    memo: dict[object, object] = {}
+    first = QueryExpander(client_for(server, tmp_path, cache=False), "multi_query", n=2, memo=memo)
+    second = QueryExpander(client_for(server, tmp_path, cache=False), "multi_query", n=2, memo=memo)
+    assert first.expand_many([QUESTIONS["en"]]) == second.expand_many([QUESTIONS["en"], QUESTIONS["en"]])[:1]
+    assert server.chat_requests == 1
+    QueryExpander(client_for(server, tmp_path, cache=False), "multi_query", n=3, memo=memo).expand_many(
+        [QUESTIONS["en"]])
+    assert server.chat_requests == 2  # another n is another expansion
 
 
 HITS = [Hit(f"d{i}", 10.0 - i, text=f"passage number {i}") for i in range(1, 5)] + [Hit("bare", 1.0)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -12,9 +13,21 @@ import pytest
 from composer.chunking import Chunk
 from composer.errors import InputError
 from composer.index import Bm25Encoder, ClientBackend, EdgeBackend, VectorIndex, open_index
-from composer.index.base import UPSERT_BATCH, Fusion
+from composer.index.base import UPSERT_BATCH, Found, Fusion, point_id
 
 Factory = Callable[[], VectorIndex]
+CHUNK_OF: dict[str, str] = {}
+"""Point id -> chunk id of every chunk the tests index: searches answer with point ids alone."""
+
+
+class Named(NamedTuple):
+    id: str
+    score: float
+
+
+def named(results: list[Found]) -> list[list[Named]]:
+    """Search results with the chunk id each point stands for."""
+    return [[Named(CHUNK_OF[pid], score) for pid, score in hits] for hits in results]
 
 
 @pytest.fixture(params=["edge", "memory"])
@@ -34,9 +47,11 @@ def make_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fac
 
 
 def chunks_of(texts: list[str]) -> list[Chunk]:
-    return [
+    chunks = [
         Chunk(id=f"d{i}#0", doc_id=f"d{i}", text=t, start=0, end=len(t), index=0) for i, t in enumerate(texts)
     ]
+    CHUNK_OF.update((point_id(c.id), c.id) for c in chunks)
+    return chunks
 
 
 def unit(x: np.ndarray) -> np.ndarray:
@@ -84,7 +99,7 @@ def test_upsert_in_batches(make_backend: Factory) -> None:
     index.upsert("big", chunks[300:], vecs[300:], sparse[300:])
     index.finish("big")
     assert index.count("big") == n
-    hits = index.search_dense("big", vecs[[5, n - 1]], 1)
+    hits = named(index.search_dense("big", vecs[[5, n - 1]], 1))
     assert [h[0].id for h in hits] == ["d5#0", f"d{n - 1}#0"]
 
 
@@ -98,14 +113,12 @@ def test_dense_top_k_equals_numpy_exact_cosine(make_backend: Factory) -> None:
     index.upsert("dense", chunks_of([f"t{i}" for i in range(500)]), docs, None)
     index.finish("dense")
     k = 10
-    got = index.search_dense("dense", queries, k)
+    got = named(index.search_dense("dense", queries, k))
     sims = unit(queries) @ unit(docs).T  # cosine: stored vectors are not unit length
     for qi, hits in enumerate(got):
         expected = np.argsort(-sims[qi])[:k]
         assert [h.id for h in hits] == [f"d{j}#0" for j in expected]
         np.testing.assert_allclose([h.score for h in hits], sims[qi, expected], atol=1e-4)
-    assert got[0][0].doc_id == f"d{np.argmax(sims[0])}"
-    assert got[0][0].text == f"t{np.argmax(sims[0])}"
 
 
 def test_bm25_ranks_document_with_query_terms_first(make_backend: Factory) -> None:
@@ -117,9 +130,9 @@ def test_bm25_ranks_document_with_query_terms_first(make_backend: Factory) -> No
         "Photosynthesis converts light energy into chemical energy in plants.",
     ]
     encoder = build(index, "en", texts)
-    hits = index.search_bm25(
+    hits = named(index.search_bm25(
         "en", encoder.encode_queries(["Which river flows through Egypt?", "highest mountains"]), 3
-    )
+    ))
     # Only documents sharing a (non-stopword, stemmed) token come back: "mountains" finds "mountain".
     assert [h.id for h in hits[0]] == ["d0#0"]
     assert [h.id for h in hits[1]] == ["d1#0"]
@@ -135,7 +148,7 @@ def test_bm25_arabic_normalization(make_backend: Factory) -> None:
     ]
     encoder = build(index, "ar", texts)
     # Bare letters, no diacritics, alef without hamza, ASCII digits; "مدرسه" with heh for teh marbuta.
-    hits = index.search_bm25("ar", encoder.encode_queries(["احمد مدرسه 2020", "القاهره والنيل"]), 3)
+    hits = named(index.search_bm25("ar", encoder.encode_queries(["احمد مدرسه 2020", "القاهره والنيل"]), 3))
     assert hits[0][0].id == "d0#0"
     assert hits[1][0].id == "d1#0"
     assert hits[0][0].score > 0
@@ -149,8 +162,10 @@ def test_bm25_persian_normalization(make_backend: Factory) -> None:
         "دانشجویان به کتابخانه دانشگاه می‌روند",
     ]
     encoder = build(index, "fa", texts)
-    queries = ["کتابهای فارسی 1402", "پايتخت ايران كجاست؟", "دانشجويان ميروند"]
-    hits = index.search_bm25("fa", encoder.encode_queries(queries), 3)
+    # The last is typed on an Arabic keyboard, ZWNJ as a space: read in Persian against the vocabulary.
+    queries = ["کتابهای فارسی 1402", "پايتخت ايران كجاست؟", "دانشجويان مي روند"]
+    vocabulary = {i for v in encoder.encode_documents(texts) for i in v.indices}
+    hits = named(index.search_bm25("fa", encoder.encode_queries(queries, vocabulary), 3))
     assert [h[0].id for h in hits] == ["d0#0", "d1#0", "d2#0"]
 
 
@@ -168,17 +183,17 @@ def test_hybrid_fusion_prefers_document_topping_both_lists(make_backend: Factory
     encoder, vecs = hybrid_fixture(index)
     dense_q = vecs[[17]] + 0.01
     sparse_q = encoder.encode_queries(["zanzibar spice"])
-    assert index.search_dense("hy", dense_q, 1)[0][0].id == "d17#0"
-    assert index.search_bm25("hy", sparse_q, 1)[0][0].id == "d17#0"
-    fused = index.search_hybrid("hy", dense_q, sparse_q, 5, fusion=fusion, prefetch=10)
+    assert named(index.search_dense("hy", dense_q, 1))[0][0].id == "d17#0"
+    assert named(index.search_bm25("hy", sparse_q, 1))[0][0].id == "d17#0"
+    fused = named(index.search_hybrid("hy", dense_q, sparse_q, 5, fusion=fusion, prefetch=10))
     assert len(fused) == 1 and len(fused[0]) == 5
     assert fused[0][0].id == "d17#0"
     if fusion == "rrf":
         # Qdrant scores rank r (0-based) of each branch 1/(rrf_k + r): first in both lists gives 2/60.
         assert fused[0][0].score == pytest.approx(2 / 60)
         assert all(h.score <= 1 / 60 + 1e-9 for h in fused[0][1:])
-    dense_top = {h.id for h in index.search_dense("hy", dense_q, 10)[0]}
-    sparse_top = {h.id for h in index.search_bm25("hy", sparse_q, 10)[0]}
+    dense_top = {h.id for h in named(index.search_dense("hy", dense_q, 10))[0]}
+    sparse_top = {h.id for h in named(index.search_bm25("hy", sparse_q, 10))[0]}
     assert {h.id for h in fused[0]} <= dense_top | sparse_top
 
 
@@ -186,24 +201,24 @@ def test_hybrid_rrf_follows_each_branch_when_they_disagree(make_backend: Factory
     index = make_backend()
     encoder, vecs = hybrid_fixture(index)
     # Dense points at d3, sparse at d17: equal RRF contributions, both must lead the fused list.
-    fused = index.search_hybrid(
+    fused = named(index.search_hybrid(
         "hy", vecs[[3]], encoder.encode_queries(["zanzibar"]), 2, fusion="rrf", rrf_k=60
-    )
+    ))
     assert {h.id for h in fused[0]} == {"d3#0", "d17#0"}
 
 
 def test_bm25_only_index_has_no_dense_search(make_backend: Factory) -> None:
     index = make_backend()
     encoder = build(index, "sparse", ["one two", "three four"])
-    assert index.search_bm25("sparse", encoder.encode_queries(["three"]), 2)[0][0].id == "d1#0"
+    assert named(index.search_bm25("sparse", encoder.encode_queries(["three"]), 2))[0][0].id == "d1#0"
     with pytest.raises(ValueError, match="BM25-only"):
-        index.search_dense("sparse", np.ones((1, 4), dtype=np.float32), 2)
+        named(index.search_dense("sparse", np.ones((1, 4), dtype=np.float32), 2))
 
 
 def test_query_with_no_indexed_tokens_returns_nothing(make_backend: Factory) -> None:
     index = make_backend()
     encoder = build(index, "empty", ["alpha beta", "gamma delta"])
-    assert index.search_bm25("empty", encoder.encode_queries(["the of and", "zeta"]), 5) == [[], []]
+    assert named(index.search_bm25("empty", encoder.encode_queries(["the of and", "zeta"]), 5)) == [[], []]
 
 
 def test_incomplete_build_is_detected_and_rebuilt(make_backend: Factory) -> None:
@@ -240,7 +255,8 @@ def test_edge_reopen_keeps_metadata_vectors_and_bm25_stats(tmp_path: Path) -> No
     vecs = unit(np.random.default_rng(5).standard_normal((3, 8))).astype(np.float32)
     first = EdgeBackend(root)
     encoder = build(first, "persist", texts, vecs, config={"k": 5})
-    before = first.search_hybrid("persist", vecs, encoder.encode_queries(["القطط", "الاسود", "الطيور"]), 3)
+    queries = ["القطط", "الاسود", "الطيور"]
+    before = named(first.search_hybrid("persist", vecs, encoder.encode_queries(queries), 3))
     first.close()
 
     state = json.loads((root / "persist" / "meta.json").read_text(encoding="utf-8"))
@@ -251,7 +267,7 @@ def test_edge_reopen_keeps_metadata_vectors_and_bm25_stats(tmp_path: Path) -> No
     assert meta["config"] == {"k": 5}
     reloaded = Bm25Encoder.from_dict(meta["bm25"])
     assert reloaded == encoder
-    after = second.search_hybrid("persist", vecs, reloaded.encode_queries(["القطط", "الاسود", "الطيور"]), 3)
+    after = named(second.search_hybrid("persist", vecs, reloaded.encode_queries(queries), 3))
     assert after == before
     assert [h[0].id for h in after] == ["d0#0", "d1#0", "d2#0"]
     second.close()
@@ -310,10 +326,10 @@ def test_edge_and_client_rank_identically(tmp_path: Path) -> None:
         encoder = build(backend, "same", texts, vecs)
         sparse_q = encoder.encode_queries(queries)
         runs = [
-            backend.search_dense("same", dense_q, 8),
-            backend.search_bm25("same", sparse_q, 8),
-            backend.search_hybrid("same", dense_q, sparse_q, 8, fusion="rrf", prefetch=20),
-            backend.search_hybrid("same", dense_q, sparse_q, 8, fusion="dbsf", prefetch=20),
+            named(backend.search_dense("same", dense_q, 8)),
+            named(backend.search_bm25("same", sparse_q, 8)),
+            named(backend.search_hybrid("same", dense_q, sparse_q, 8, fusion="rrf", prefetch=20)),
+            named(backend.search_hybrid("same", dense_q, sparse_q, 8, fusion="dbsf", prefetch=20)),
         ]
         results.append([[[(h.id, round(h.score, 4)) for h in hits] for hits in run] for run in runs])
         backend.close()
@@ -324,3 +340,22 @@ def test_edge_and_client_rank_identically(tmp_path: Path) -> None:
             # Tied ids may swap or straddle the cut-off: they must agree above the last score.
             last = a[-1][1]
             assert {i for i, score in a if score > last} == {i for i, score in b if score > last}, mode
+
+
+def test_scan_scores_every_point_exactly(make_backend: Factory) -> None:
+    """What a collection is checked with before reuse: one dense query scoring all points, one sparse
+    query scoring every point sharing a term with it."""
+    index = make_backend()
+    encoder, vecs = hybrid_fixture(index)
+    probe = np.random.default_rng(8).standard_normal(24)
+    (terms,) = encoder.encode_queries(["common zanzibar"])
+    dense, sparse = index.scan("hy", probe, terms)
+    assert dense is not None and len(dense) == 60
+    expected = unit(vecs.astype(np.float64)) @ unit(probe)
+    by_chunk = {CHUNK_OF[pid]: score for pid, score in dense}
+    np.testing.assert_allclose([by_chunk[f"d{i}#0"] for i in range(60)], expected, atol=1e-6)
+    assert sorted(sparse) == sorted(index.search_bm25("hy", [terms], 60)[0])
+    assert len(sparse) == 60  # "common" is in every text
+    bm25_only = build(index, "sparse", ["one two", "three four", "five"])
+    found = index.scan("sparse", None, bm25_only.encode_queries(["two three"])[0])
+    assert found[0] is None and {CHUNK_OF[pid] for pid, _ in found[1]} == {"d0#0", "d1#0"}

@@ -16,6 +16,7 @@ import pytest
 from composer.chunking import Chunk
 from composer.errors import ComposerError
 from composer.index import Bm25Encoder, ClientBackend, EdgeBackend
+from composer.index.base import point_id
 from composer.index.edge import WORKERS_DIR
 
 TEXTS = ["القطط حيوانات أليفة", "الأسود تعيش في السافانا", "الطيور تهاجر في الشتاء", "النهر يجري نحو البحر"]
@@ -39,7 +40,7 @@ CHILD = textwrap.dedent(
         backend.finish("books")
     hits = backend.search_bm25("books", encoder.encode_queries(queries), 2)
     home = str(backend._shard_path("books").parent)
-    print(json.dumps({"reused": reused, "home": home, "hits": [[h.id for h in q] for q in hits]}))
+    print(json.dumps({"reused": reused, "home": home, "hits": [[pid for pid, _ in q] for q in hits]}))
     sys.stdout.flush()
     if how == "crash":
         os._exit(0)  # no atexit: what a killed process leaves behind
@@ -62,7 +63,7 @@ def build(backend: EdgeBackend) -> list[list[str]]:
     backend.create("books", None, {"bm25": encoder.to_dict()})
     backend.upsert("books", chunks, None, sparse)
     backend.finish("books")
-    return [[h.id for h in q] for q in backend.search_bm25("books", encoder.encode_queries(QUERIES), 2)]
+    return [[pid for pid, _ in q] for q in backend.search_bm25("books", encoder.encode_queries(QUERIES), 2)]
 
 
 def private_roots(root: Path) -> list[Path]:
@@ -74,7 +75,7 @@ def test_a_second_process_builds_a_private_copy_while_the_shared_index_is_in_use
     root = tmp_path / "qdrant"
     owner = EdgeBackend(root)
     expected = build(owner)
-    assert expected[0][0] == "d0#0" and expected[1][0] == "d2#0"
+    assert expected[0][0] == point_id("d0#0") and expected[1][0] == point_id("d2#0")
     assert (root / "books" / "meta.json").is_file()
 
     other = child(root)
@@ -193,4 +194,4 @@ def test_a_private_copy_is_built_from_the_shared_embedding_cache(tmp_path: Path)
     # This process holds the shared index open: the child built its own copy, from cached vectors only.
     assert other == {"reused": False, "computed": 0, "cached": len(docs), "hits": expected}
     assert private_roots(workdir / "qdrant") == []
-    here.backend.close()
+    here.workspace.close()

@@ -220,6 +220,24 @@ def test_rerun_is_served_from_the_cache(server: FakeLLMServer, tmp_path: Path) -
     assert second.usage.cached == 6 and second.usage.requests == 0 and second.usage.cost == 0.0
 
 
+def test_an_unreadable_cache_is_moved_aside_and_the_replies_come_back_the_same(
+    server: FakeLLMServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    batch = [ask(f"question {i}") for i in range(6)]
+    first = [r.text for r in make_client(server, tmp_path).complete_many(batch)]
+    first_client = make_client(server, tmp_path)
+    assert first_client.cache is not None
+    first_client.cache.close()  # as at the end of a process: SQLite folds its log into the file
+    with (tmp_path / "replies.sqlite").open("r+b") as f:
+        f.write(b"\x00garbage" * 400)
+    with caplog.at_level("WARNING", logger="composer.store"):
+        again = make_client(server, tmp_path).complete_many(batch)
+    assert f"{tmp_path / 'replies.sqlite'} is unreadable" in caplog.text
+    assert [r.text for r in again] == first and not any(r.cached for r in again)
+    assert server.chat_requests == 12  # asked again, once each: the new cache holds them
+    assert all(r.cached for r in make_client(server, tmp_path).complete_many(batch))
+
+
 def test_cache_key_includes_sampling_parameters(server: FakeLLMServer, tmp_path: Path) -> None:
     client = make_client(server, tmp_path)
     client.complete(ask("same prompt"))

@@ -18,7 +18,7 @@ from composer.metrics.scorers import (
     default_scorers,
 )
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+ARCD = Path(__file__).resolve().parents[1] / "examples" / "arcd"
 CONTEXT = "جمال أحمد حمزة خاشقجي صحفي وإعلامي سعودي، ولد في المدينة المنورة عام 1958."
 
 
@@ -135,14 +135,17 @@ def test_factual_negations_are_not_refusals(answer: str) -> None:
     assert not is_refusal(answer)
 
 
-def test_no_gold_answer_of_arcd_or_persianqa_reads_as_a_refusal() -> None:
+@pytest.mark.parametrize("dataset", ["arcd", "persianqa"])
+def test_no_gold_answer_of_arcd_or_persianqa_reads_as_a_refusal(
+    dataset: str, request: pytest.FixtureRequest
+) -> None:
+    folder = ARCD if dataset == "arcd" else request.getfixturevalue("persianqa_dir")
     golds = [
         answer
-        for name in ("arcd", "persianqa")
-        for line in (DATA / name / "questions.jsonl").read_text(encoding="utf-8").splitlines()
+        for line in (folder / "questions.jsonl").read_text(encoding="utf-8").splitlines()
         for answer in json.loads(line).get("answers", [])
     ]
-    assert len(golds) > 1900
+    assert len(golds) > 600
     assert [a for a in golds if is_refusal(a)] == []
 
 

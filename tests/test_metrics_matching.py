@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from composer.data.ranking import Ranking, ranking_from_run
 from composer.data.types import Corpus, Document, Hit, Question
-from composer.metrics.matching import chunk_parent, default_match_mode, judge, trec_order
-from composer.metrics.retrieval import mrr, recall
+from composer.evaluation.evaluate import run_table
+from composer.metrics.matching import JudgedRanking, chunk_parent, default_match_mode, judge, judge_ranking
+from composer.metrics.retrieval import mrr, recall, relevance
 from composer.metrics.textmatch import contains_answer, matches_context
 
 
@@ -24,30 +26,39 @@ CORPUS = Corpus(
 )
 
 
-# trec_order ----------------------------------------------------------------------------------------------
+def ranked(hits: list[Hit], corpus: Corpus | None = None) -> Ranking:
+    """One question's hits as the Ranking every run is scored from (trec order, documents resolved)."""
+    run = {"q1": hits}
+    return ranking_from_run(run, ["q1"], run_table(run, corpus))
 
 
-def test_trec_order_sorts_by_score_then_id_descending() -> None:
+def score(name: str, judged: JudgedRanking, k: int) -> float:
+    matrix, counts = relevance([judged.ranked], [judged.relevant])
+    return float({"mrr": mrr, "recall": recall}[name](matrix, counts, k)[0])
+
+
+# trec order ----------------------------------------------------------------------------------------------
+
+
+def test_rankings_sort_by_score_then_id_descending() -> None:
     hits = [Hit("a", 1.0), Hit("c", 2.0), Hit("b", 1.0), Hit("d", 1.0), Hit("b2", 0.5)]
-    assert [h.id for h in trec_order(hits)] == ["c", "d", "b", "a", "b2"]
+    assert [h.id for h in ranked(hits).hits(0)] == ["c", "d", "b", "a", "b2"]
 
 
-def test_trec_order_compares_ids_by_code_point_like_strcmp() -> None:
+def test_rankings_compare_ids_by_code_point_like_strcmp() -> None:
     hits = [Hit("doc-10", 1.0), Hit("doc-9", 1.0), Hit("Doc-99", 1.0), Hit("سند", 1.0)]
-    assert [h.id for h in trec_order(hits)] == ["سند", "doc-9", "doc-10", "Doc-99"]
+    assert [h.id for h in ranked(hits).hits(0)] == ["سند", "doc-9", "doc-10", "Doc-99"]
 
 
 # document mode -------------------------------------------------------------------------------------------
 
 
-def test_document_mode_collapses_chunks_to_the_best_rank_and_score() -> None:
+def test_document_mode_collapses_chunks_to_the_best_rank() -> None:
     hits = [Hit("d1#0", 0.9), Hit("d2#1", 0.8), Hit("d1#3", 0.7), Hit("d3#0", 0.6)]
-    judged = judge(q(relevant_ids=("d3",)), hits, "document")
-    assert judged is not None
-    assert judged.ranked == ["d1", "d2", "d3"]
-    assert judged.scores == [0.9, 0.8, 0.6]
-    assert judged.relevant == frozenset({"d3"})
-    assert mrr(judged.ranked, judged.relevant, 3) == pytest.approx(1 / 3)  # rank 4 moved up to 3
+    judged = judge_ranking([q(relevant_ids=("d3",))], ranked(hits), "document")
+    assert judged.relevant.tolist() == [[False, False, True, False]]  # d1, d2, d3, then padding
+    assert judged.n_relevant.tolist() == [1] and judged.labelled.tolist() == [True]
+    assert mrr(judged.relevant, judged.n_relevant, 3).tolist() == pytest.approx([1 / 3])  # rank 4 moved up
 
 
 def test_document_of_a_hit_prefers_doc_id_then_corpus_id_then_chunk_prefix() -> None:
@@ -57,9 +68,11 @@ def test_document_of_a_hit_prefers_doc_id_then_corpus_id_then_chunk_prefix() -> 
         Hit("d3#7", 0.7),
         Hit("https://site/page#intro", 0.6),
     ]
-    judged = judge(q(relevant_ids=("d2",)), hits, "document", corpus=CORPUS)
-    assert judged is not None
-    assert judged.ranked == ["d2", "notes#2", "d3", "https://site/page#intro"]
+    table = ranked(hits, CORPUS).table
+    assert [table[h.id][0] for h in hits] == ["d2", "notes#2", "d3", "https://site/page#intro"]
+    for label, rank in (("d2", 0), ("notes#2", 1), ("d3", 2), ("https://site/page#intro", 3)):
+        judged = judge_ranking([q(relevant_ids=(label,))], ranked(hits, CORPUS), "document")
+        assert judged.relevant[0].tolist().index(True) == rank
 
 
 def test_chunk_parent_only_strips_a_numeric_suffix() -> None:
@@ -72,15 +85,16 @@ def test_chunk_parent_only_strips_a_numeric_suffix() -> None:
 
 def test_unlabelled_questions_are_not_judged() -> None:
     hits = [Hit("d1", 1.0)]
-    assert judge(q(), hits, "document") is None
-    assert judge(q(), hits, "chunk") is None
+    assert judge_ranking([q()], ranked(hits), "document").labelled.tolist() == [False]
+    assert judge_ranking([q()], ranked(hits), "chunk").labelled.tolist() == [False]
     assert judge(q(relevant_ids=("d1",)), hits, "answer") is None  # no gold answer
     assert judge(q(answers=("صحفي",)), hits, "context") is None  # no context, no ids
+    assert judge_ranking([q(answers=("صحفي",))], ranked(hits), "context").labelled.tolist() == [False]
 
 
 def test_unknown_mode_is_rejected() -> None:
     with pytest.raises(ValueError, match="unknown match mode"):
-        judge(q(relevant_ids=("d1",)), [], "passage")  # type: ignore[arg-type]
+        judge_ranking([q(relevant_ids=("d1",))], ranked([]), "passage")  # type: ignore[arg-type]
 
 
 # chunk mode ----------------------------------------------------------------------------------------------
@@ -88,11 +102,9 @@ def test_unknown_mode_is_rejected() -> None:
 
 def test_chunk_mode_keeps_chunk_ids_and_drops_repeats() -> None:
     hits = [Hit("d1#0", 0.9), Hit("d1#0", 0.5), Hit("d1#1", 0.4)]
-    judged = judge(q(relevant_ids=("d1#1",)), hits, "chunk")
-    assert judged is not None
-    assert judged.ranked == ["d1#0", "d1#1"]
-    assert judged.scores == [0.9, 0.4]
-    assert mrr(judged.ranked, judged.relevant, 5) == 0.5
+    judged = judge_ranking([q(relevant_ids=("d1#1",))], ranked(hits), "chunk")
+    assert judged.relevant.tolist() == [[False, True, False]]  # the repeat dropped, d1#1 moves up
+    assert mrr(judged.relevant, judged.n_relevant, 5).tolist() == [0.5]
 
 
 # answer mode ---------------------------------------------------------------------------------------------
@@ -113,7 +125,7 @@ def test_answer_mode_counts_answer_bearing_chunks_of_relevant_documents() -> Non
     assert judged is not None
     assert judged.ranked == ["d3#0", "d1#1"]
     assert judged.relevant == frozenset({"d1#0"})  # known from the universe though not retrieved
-    assert recall(judged.ranked, judged.relevant, 10) == 0.0
+    assert score("recall", judged, 10) == 0.0
 
 
 def test_answer_mode_without_labels_accepts_any_document() -> None:
@@ -121,8 +133,8 @@ def test_answer_mode_without_labels_accepts_any_document() -> None:
     judged = judge(question, [Hit("d3#0", 0.9), Hit("d1#1", 0.8)], "answer", universe=UNIVERSE)
     assert judged is not None
     assert judged.relevant == frozenset({"d1#0", "d3#0"})
-    assert mrr(judged.ranked, judged.relevant, 10) == 1.0
-    assert recall(judged.ranked, judged.relevant, 10) == 0.5
+    assert score("mrr", judged, 10) == 1.0
+    assert score("recall", judged, 10) == 0.5
 
 
 def test_answer_mode_reads_hit_text_first_and_folds_spelling() -> None:
@@ -138,7 +150,7 @@ def test_answer_mode_over_documents_uses_the_corpus_as_collection() -> None:
     judged = judge(question, [Hit("d2", 0.9), Hit("d3", 0.5)], "answer", corpus=CORPUS)
     assert judged is not None
     assert judged.relevant == frozenset({"d1", "d3"})
-    assert recall(judged.ranked, judged.relevant, 2) == 0.5
+    assert score("recall", judged, 2) == 0.5
 
 
 def test_answer_mode_judges_a_textless_chunk_by_its_document() -> None:
@@ -189,7 +201,7 @@ def test_context_mode_gives_each_gold_context_one_key() -> None:
     assert judged.ranked == ["c9", "ctx:0", "ctx:1"]
     assert judged.scores == [0.9, 0.8, 0.6]
     assert judged.relevant == frozenset({"ctx:0", "ctx:1"})
-    assert recall(judged.ranked, judged.relevant, 3) == 1.0
+    assert score("recall", judged, 3) == 1.0
 
 
 def test_context_mode_id_match_stands_for_the_first_context_not_yet_found() -> None:
@@ -198,7 +210,7 @@ def test_context_mode_id_match_stands_for_the_first_context_not_yet_found() -> N
     judged = judge(question, hits, "context")
     assert judged is not None
     assert judged.ranked == ["ctx:0", "ctx:1", "c8"]
-    assert recall(judged.ranked, judged.relevant, 2) == 1.0
+    assert score("recall", judged, 2) == 1.0
 
 
 def test_context_mode_with_ids_only_judges_like_chunk_mode() -> None:

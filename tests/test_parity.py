@@ -21,13 +21,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from composer.data.types import Hit, Question
-from composer.metrics.matching import MatchMode, judge, trec_order
+from composer.data.types import Hit, Question, QuestionSet
+from composer.evaluation import evaluate_run
+from composer.metrics.matching import MatchMode
 from composer.metrics.retrieval import RETRIEVAL_METRICS, metric_key
 from composer.metrics.textmatch import contains_answer
 from composer.text import tokenize
 
-ARCD = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "arcd"
+ARCD = Path(__file__).resolve().parents[1] / "examples" / "arcd"
 KS = (1, 3, 5, 10)
 TOP = 20
 CHUNK_WORDS = 25
@@ -130,7 +131,7 @@ def bm25_run(level: str) -> Run:
             continue
         floor = max(np.sort(scores)[-TOP], np.nextafter(0, 1))  # the 20th score, ties at the cut included
         candidates = [Hit(ids[i], float(scores[i])) for i in np.flatnonzero(scores >= floor)]
-        run[q.id] = trec_order(candidates)[:TOP]
+        run[q.id] = sorted(candidates, key=lambda h: (h.score, h.id), reverse=True)[:TOP]  # trec order
     return run
 
 
@@ -161,17 +162,15 @@ def _questions(mode: MatchMode) -> list[Question]:
 
 
 def ours(run: Run, level: str, mode: MatchMode) -> Scores:
+    """Per-question scores through ``evaluate_run``: the path every run and trial is scored by."""
+    questions = QuestionSet([q for q in _questions(mode) if q.id in run])
+    report = evaluate_run(questions, run, ks=KS, match=mode)
+    wanted = {metric_key(name, k) for name in RETRIEVAL_METRICS for k in KS}
     out: Scores = {}
-    for q in _questions(mode):
-        if q.id not in run:
-            continue
-        judged = judge(q, trec_order(run[q.id]), mode)
-        assert judged is not None
-        out[q.id] = {
-            metric_key(name, k): fn(judged.ranked, judged.relevant, k)
-            for name, fn in RETRIEVAL_METRICS.items()
-            for k in KS
-        }
+    for sample in report.samples:
+        scores = {m: sample.metrics[m] for m in wanted}
+        out[sample.question_id] = {m: float(v) for m, v in scores.items() if v is not None}
+        assert len(out[sample.question_id]) == len(wanted)
     return out
 
 

@@ -26,6 +26,7 @@ from composer.evaluation import evaluate_run
 from composer.index import ClientBackend
 from composer.pipeline.config import PipelineConfig
 from composer.pipeline.pipeline import Pipeline
+from composer.pipeline.workspace import Workspace
 
 BACKENDS: dict[str, str | None] = {"edge": None, "memory": ":memory:"}
 N_DOCS = 40
@@ -122,18 +123,22 @@ def test_second_run_reuses_index_and_encodes_nothing(
     assert (built.n_documents, built.n_chunks) == (len(corpus), len(chunks))
     assert built.embeddings_computed == len({c.text for c in chunks})
     assert built.embeddings_computed + built.embeddings_reused == len(chunks)
-    assert first.backend.count(built.key) == len(chunks)
+    assert first.workspace.backend.count(built.key) == len(chunks)
     run = first.retrieve(questions)
     if qdrant is None:
-        first.backend.close()  # as a new process would: the shard is reopened from disk
+        first.workspace.close()  # as a new process would: the shard is reopened from disk
 
     second = Pipeline.from_config(cfg, workdir=tmp_path, qdrant=qdrant)
     again = second.index(corpus)
     assert again.reused
     assert again.key == built.key
-    assert (again.embeddings_computed, again.embeddings_reused) == (0, 0)
+    # Nothing encoded; a new process reads the passages' vectors back from the cache (exact rescoring).
+    assert (again.embeddings_computed, again.embeddings_reused) == (0, len(chunks) if qdrant is None else 0)
     rerun = second.retrieve(questions)
-    assert second.cache_stats == {"embeddings_computed": 0, "embeddings_reused": len(questions)}
+    # A new process reads the questions' vectors (and the passages') from the cache; one process reuses
+    # its first search.
+    read = len(questions) + len(chunks) if qdrant is None else 0
+    assert second.cache_stats == {"embeddings_computed": 0, "embeddings_reused": read}
     assert rerun.keys() == run.keys()
     for qid in run:
         assert_same_ranking(rerun[qid], run[qid])
@@ -145,7 +150,7 @@ def test_trials_and_the_judge_share_one_loaded_embedding_model(
     """A model loads once per process: every pipeline with the same embedding settings, and a judge that
     embeds with them, use one embedder (each pipeline keeps its own cache counters)."""
     from composer.embedding import make_embedder
-    from composer.evaluation.pipeline import make_judging
+    from composer.evaluation.scoring import make_judging
     from composer.judges import JudgeConfig
     from composer.llm import LLMConfig
 
@@ -155,8 +160,8 @@ def test_trials_and_the_judge_share_one_loaded_embedding_model(
         made.append(make_embedder(cfg))
         return made[-1]
 
-    monkeypatch.setattr("composer.pipeline.pipeline._EMBEDDERS", {})
-    monkeypatch.setattr("composer.pipeline.pipeline.make_embedder", counted)
+    monkeypatch.setattr("composer.pipeline.workspace._EMBEDDERS", {})
+    monkeypatch.setattr("composer.pipeline.workspace.make_embedder", counted)
     first = Pipeline.from_config(config(mode="dense", k=3), workdir=tmp_path)
     second = Pipeline.from_config(config(mode="hybrid"), workdir=tmp_path)
     assert first.embedder.embedder is second.embedder.embedder and first.embedder is not second.embedder
@@ -321,13 +326,13 @@ def test_bm25_only_builds_a_sparse_collection_and_never_loads_an_embedder(
     def no_embedder(*args: object) -> None:
         raise AssertionError("a BM25-only pipeline must not create an embedder")
 
-    monkeypatch.setattr("composer.pipeline.pipeline.make_embedder", no_embedder)
+    monkeypatch.setattr("composer.pipeline.workspace.make_embedder", no_embedder)
     corpus, questions = arcd
     pipeline = Pipeline.from_config(config(mode="bm25"), workdir=tmp_path, qdrant=qdrant)
     info = pipeline.index(corpus)
-    assert "embedding" not in pipeline.backend.meta(info.key)["settings"]
+    assert "embedding" not in pipeline.workspace.backend.meta(info.key)["settings"]
     with pytest.raises(ValueError, match="BM25-only"):
-        pipeline.backend.search_dense(info.key, np.ones((1, 512), dtype=np.float32), 3)
+        pipeline.workspace.backend.search_dense(info.key, np.ones((1, 512), dtype=np.float32), 3)
     assert pipeline.retrieve(questions)
     assert pipeline.search(questions.questions[0].question)
     assert pipeline.cache_stats == {"embeddings_computed": 0, "embeddings_reused": 0}
@@ -358,7 +363,8 @@ SPELLINGS = [
     ("الطـــاقة الشمسيـــة للكهرباء", "الطاقة الشمسية للكهرباء", "ar-solar"),  # tatweel
     ("نهر النیل أطول أنهار أفريقیا", "نهر النيل أطول أنهار أفريقيا", "ar-nile"),  # Persian yeh in Arabic
     ("کتابخانه ملي ایران 1316", "کتابخانه ملی ایران ۱۳۱۶", "fa-library"),  # Arabic yeh, ASCII digits
-    ("فردوسی میخواست زبان فارسی", "فردوسی می‌خواست زبان فارسی", "fa-ferdowsi"),  # ZWNJ dropped
+    # ZWNJ typed as a space, as most PersianQA questions do (116 of 651 write "می " apart, 9 joined)
+    ("فردوسی می خواست زبان فارسی", "فردوسی می‌خواست زبان فارسی", "fa-ferdowsi"),
     ("باشگاه فوتبال رئال مادريد ١٩٠٢", "باشگاه فوتبال رئال مادرید 1902", "fa-football"),  # Arabic yeh, digits
 ]
 
@@ -375,14 +381,17 @@ def test_bm25_normalizes_arabic_and_persian_end_to_end(
     assert [h.id for h in found] == [h.id for h in reference]
 
 
-@pytest.mark.xfail(strict=True, reason="query read as Arabic and stemmed")
 def test_bm25_persian_query_typed_on_an_arabic_keyboard(tmp_path: Path) -> None:
-    """Known gap: with Arabic kaf and yeh in most words, the query is read as Arabic and stemmed (كتابخ, مل),
-    so it no longer shares those tokens with the Persian document. Tokenizing queries in the collection's
-    language would close it; strict, so the fix shows up here."""
+    """With Arabic kaf and yeh in most words the query is detected as Arabic, whose stemmer would cut it to
+    (كتابخ, مل); read in Persian as well, its Persian reading is the one the collection knows, so it scores
+    as the Persian spelling does."""
+    from composer.text import detect_language
+
+    assert detect_language("كتابخانه ملی ايران") == "ar"  # what the letters alone say
     pipeline = Pipeline.from_config(config(mode="bm25", k=3), workdir=tmp_path)
     pipeline.index(LANGUAGE_CORPUS)
     typed, reference = pipeline.search("كتابخانه ملی ايران"), pipeline.search("کتابخانه ملی ایران")
+    assert typed[0].doc_id == "fa-library"
     assert typed[0].score == pytest.approx(reference[0].score, rel=1e-6)
 
 
@@ -407,9 +416,9 @@ def test_universe_search_and_question_sets(
     assert pipeline.retrieve([]) == {}
     q = questions.questions[0]
     assert_same_ranking(pipeline.search(q.question), run[q.id])
-    timed, latency = pipeline.retrieve_timed([q])
-    assert latency[q.id]["retrieve"] > 0 and latency[q.id]["rerank"] >= 0
-    assert_same_ranking(timed[q.id], run[q.id])
+    ranking, latency = pipeline.rank([q])
+    assert latency["retrieve"][0] > 0 and set(latency) == {"retrieve"}  # no reranker, no expansion
+    assert_same_ranking(ranking.hits(0), run[q.id])
 
 
 def test_from_config_accepts_a_yaml_path(arcd: tuple[Corpus, QuestionSet], tmp_path: Path) -> None:
@@ -497,7 +506,8 @@ class SharedServer(ClientBackend):
 
 
 def bm25_pipeline(backend: ClientBackend, workdir: Path) -> Pipeline:
-    return Pipeline(PipelineConfig.from_dict(config(mode="bm25", k=2)), workdir=workdir, backend=backend)
+    """A pipeline on its own workspace (one worker process) over ``backend``."""
+    return Pipeline(PipelineConfig.from_dict(config(mode="bm25", k=2)), workspace=Workspace(workdir, backend))
 
 
 def test_a_build_replaced_by_another_worker_reuses_that_workers_index(tmp_path: Path) -> None:
@@ -515,7 +525,7 @@ def test_a_build_replaced_by_a_worker_that_died_is_built_once_more(
 ) -> None:
     """The other worker's build never finishes: after the wait this worker builds the index itself;
     replaced a second time, it fails with the reason."""
-    monkeypatch.setattr("composer.pipeline.pipeline.BUILD_WAIT_S", 0.0)
+    monkeypatch.setattr("composer.pipeline.indexing.BUILD_WAIT_S", 0.0)
     key = PipelineConfig.from_dict(config(mode="bm25", k=2)).index_key(LANGUAGE_CORPUS.fingerprint())
 
     def start_and_die(other: ClientBackend) -> None:

@@ -107,7 +107,7 @@ def test_unknown_key_is_named(tmp_path: Path, text: str, field: str) -> None:
         ({"retrieval": {"mode": "foo"}}, "retrieval.mode", "'foo'"),
         ({"retrieval": {"k": 0}}, "retrieval.k", "greater than or equal to 1"),
         ({"retrieval": {"k": 2.5}}, "retrieval.k", "integer"),
-        ({"retrieval": {"fusion": "max"}}, "retrieval.fusion", "'rrf' or 'dbsf'"),
+        ({"retrieval": {"fusion": "max"}}, "retrieval.fusion", "'rrf', 'dbsf' or 'convex'"),
         ({"chunking": {"method": "semantic"}}, "chunking.method", "'semantic'"),
         ({"chunking": {"size": 10}}, "chunking.size", "greater than or equal to 50"),
         ({"chunking": {"size": 200, "overlap": 200}}, "chunking.overlap", "smaller than size (200)"),
@@ -120,6 +120,10 @@ def test_unknown_key_is_named(tmp_path: Path, text: str, field: str) -> None:
         ({"embedding": {"provider": "litellm"}}, "embedding.model", "needs 'model'"),
         ({"embedding": {"provider": "sentence-transformers"}}, "embedding.model", "needs 'model'"),
         ({"embedding": {"provider": "openai"}}, "embedding.provider", "'openai'"),
+        ({"embedding": {"provider": "minilm", "precision": "int8"}}, "embedding.precision", "'int8'"),
+        ({"embedding": {"precision": "bfloat16"}}, "embedding.precision", "'usem3' has no precision"),
+        ({"embedding": {"provider": "litellm", "model": "m", "precision": "bfloat16"}}, "embedding.precision",
+         "needs a model Composer runs itself"),
         ({"generation": {"template": "chatty"}}, "generation.template", "'grounded' or 'concise'"),
         ({"generation": {"temperature": 3}}, "generation.temperature", "less than or equal to 2"),
         ({"generation": {"max_contexts": 0}}, "generation.max_contexts", "greater than or equal to 1"),
@@ -128,6 +132,14 @@ def test_unknown_key_is_named(tmp_path: Path, text: str, field: str) -> None:
         ({"query_expansion": {"method": "multi_query", "n": 0}}, "query_expansion.n", "greater than"),
         ({"rerank": {"method": "llm"}}, "generation", "set generation.model or rerank.model"),
         ({"rerank": {"method": "llm", "mode": "pairwise"}}, "rerank.mode", "'listwise' or 'pointwise'"),
+        ({"retrieval": {"analyzer": "hazm"}}, "retrieval.analyzer", "'hazm'"),
+        ({"retrieval": {"k1": -0.1}}, "retrieval.k1", "greater than or equal to 0"),
+        ({"retrieval": {"b": 1.5}}, "retrieval.b", "less than or equal to 1"),
+        ({"retrieval": {"title_weight": -1}}, "retrieval.title_weight", "greater than or equal to 0"),
+        ({"retrieval": {"stopwords": "some"}}, "retrieval.stopwords", "boolean"),
+        ({"chunking": {"window": 2}}, "chunking.window", "need method 'sentence', not 'paragraph'"),
+        ({"chunking": {"method": "sentence", "window": 11}}, "chunking.window", "less than or equal to 10"),
+        ({"query_expansion": {"method": "step_back"}}, "generation", "needs an LLM: set generation.model"),
     ],
 )
 def test_bad_value_error_names_the_key(data: dict[str, Any], field: str, fragment: str) -> None:
@@ -146,6 +158,25 @@ def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
     assert "invalid YAML" in err.message
     err = _error(tmp_path, "retrieval:\n  k: 5\n mode: dense\n")
     assert err.line == 3
+
+
+def test_invalid_text_in_yaml_names_the_line_and_key(tmp_path: Path) -> None:
+    """A YAML "\\ud800" escape makes half a UTF-16 pair; undecodable bytes are no text either."""
+    err = _error(tmp_path, 'chunking:\n  method: paragraph\nembedding:\n  query_prefix: "q\\ud800: "\n')
+    assert (err.line, err.field) == (4, "embedding.query_prefix")
+    assert err.message == "invalid text (lone surrogate U+D800 at character 2)"
+    err = _error(tmp_path, 'retrieval:\n  "k\\udfff": 5\n')
+    assert (err.line, err.field, err.message[:32]) == (2, "retrieval", "invalid text (lone surrogate U+D")
+    path = tmp_path / "pipeline.yaml"
+    path.write_bytes(b"retrieval:\n  mode: d\xe9nse\n")
+    with pytest.raises(ConfigError) as info:
+        load_pipeline_config(path)
+    assert info.value.line == 2 and "not valid UTF-8: byte(s) e9" in info.value.message
+
+
+def test_self_referencing_and_deeply_nested_yaml_are_errors(tmp_path: Path) -> None:
+    assert _error(tmp_path, "retrieval: &a {k: 5, again: *a}\n").field == "retrieval.again"
+    assert "nested too deeply" in _error(tmp_path, "retrieval: " + "[" * 5000 + "]" * 5000).message
 
 
 def test_missing_file_and_non_mapping(tmp_path: Path) -> None:
@@ -181,10 +212,31 @@ def test_index_key_format_and_determinism() -> None:
         {"embedding": {"provider": "sentence-transformers", "model": "a/b"}},
         {"embedding": {"passage_prefix": "passage: "}},
         {"retrieval": {"stem": False}},
+        {"chunking": {"method": "sentence", "window": 1}},
     ],
 )
 def test_index_key_changes_with_index_time_settings(sections: dict[str, Any]) -> None:
     assert _key(**sections) != _key()
+
+
+BM25_VARIANTS: list[dict[str, Any]] = [
+    {},
+    *({"analyzer": name} for name in ("isri", "tashaphyne", "rishe", "plain")),
+    {"stem": False},
+    {"stopwords": False},
+    {"analyzer": "plain", "stopwords": False},
+    {"k1": 0.9},
+    {"b": 0.5},
+    {"title_weight": 1.0},
+    {"title_weight": 2.0},
+]
+
+
+@pytest.mark.parametrize("mode", ["bm25", "hybrid"])
+def test_every_bm25_option_is_a_collection_of_its_own(mode: str) -> None:
+    """A collection is never reused across analyzers or BM25 weightings: each option is in the key."""
+    keys = {_key(retrieval={"mode": mode, **variant}) for variant in BM25_VARIANTS}
+    assert len(keys) == len(BM25_VARIANTS)
 
 
 @pytest.mark.parametrize(
@@ -198,12 +250,21 @@ def test_index_key_changes_with_index_time_settings(sections: dict[str, Any]) ->
         {"rerank": {"method": "llm", "model": "openai/ranker", "mode": "pointwise", "top_n": 4}},
         {"query_expansion": {"method": "multi_query", "n": 5}, "generation": {"model": "ollama/qwen2.5"}},
         {"query_expansion": {"method": "hyde"}, "generation": {"model": "ollama/qwen2.5"}},
+        {"query_expansion": {"method": "step_back"}, "generation": {"model": "ollama/qwen2.5"}},
         {"generation": {"model": "openai/gpt-4o-mini", "template": "concise", "temperature": 0.7,
                         "max_contexts": 3, "api_base": "http://127.0.0.1:8000/v1", "api_key_env": "MY_KEY"}},
     ],
 )
 def test_index_key_ignores_query_time_settings(sections: dict[str, Any]) -> None:
     assert _key(**sections) == _key()
+
+
+def test_index_key_changes_with_embedding_precision() -> None:
+    """bfloat16 vectors differ from float32 ones (cosine ~0.9999): they must never share a collection."""
+    for provider in ({"provider": "minilm"}, {"provider": "sentence-transformers", "model": "a/b"}):
+        assert _key(embedding={**provider, "precision": "bfloat16"}) != _key(embedding=provider)
+    minilm = {"provider": "minilm"}
+    assert _key(embedding={**minilm, "precision": "float32"}) == _key(embedding=minilm), "the default"
 
 
 def test_bm25_only_index_key_ignores_the_embedding() -> None:

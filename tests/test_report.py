@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -162,12 +163,14 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(
 
 def test_summary_json_is_strict_json() -> None:
     samples = [
-        SampleRecord("q1", "q", metrics={"x": float("nan")}),
+        SampleRecord("q1", "q", metrics={"x": float("nan")}),  # NaN is no score: left out of the mean
         SampleRecord("q2", "q", metrics={"x": 1.0}),
     ]
-    text = EvaluationReport(samples, ks=(1,), match_mode="document").summary_json()
-    assert "NaN" not in text
-    assert json.loads(text)["metrics"]["x"] is None
+    report = EvaluationReport(samples, ks=(1,), match_mode="document", meta={"cost": float("inf")})
+    text = report.summary_json()
+    assert "NaN" not in text and "Infinity" not in text
+    summary = json.loads(text)
+    assert summary["metrics"]["x"] == 1.0 and summary["n_scored"]["x"] == 1 and summary["cost"] is None
 
 
 def test_render_shows_the_metric_by_k_grid() -> None:
@@ -180,3 +183,39 @@ def test_render_shows_the_metric_by_k_grid() -> None:
     assert "recall" in text and "0.667" in text
     assert "token_f1" in text and "0.750" in text
     assert "no_labels 1" in text and "empty_answer 1" in text
+
+
+def _trace(sample: SampleRecord, texts: bool) -> dict[str, object]:
+    """What a traces.jsonl line holds, from the sample's fields (the columns are written directly)."""
+    return {
+        "question_id": sample.question_id,
+        "question": sample.question,
+        "retrieved": [
+            {"id": h.id, "score": h.score, "doc_id": h.doc_id, **({"text": h.text} if texts else {})}
+            for h in sample.retrieved
+        ],
+        "answer": sample.answer,
+        "metrics": {k: None if v is None or math.isnan(v) else v for k, v in sample.metrics.items()},
+        "latency": sample.latency,
+        "skipped": sample.skipped,
+        "error": None if sample.error is None else vars(sample.error),
+        "context_tokens": sample.context_tokens,
+        "reasons": sample.reasons,
+    }
+
+
+@pytest.mark.parametrize("texts", [True, False])
+def test_each_traces_line_is_its_sample_in_strict_json(texts: bool) -> None:
+    samples = _samples()
+    samples[0].reasons = {"faithfulness": "مدعوم"}
+    samples[1].context_tokens = 12
+    samples[1].metrics["ndcg@5"] = float("nan")  # not finite: null, never NaN
+    report = EvaluationReport(samples, ks=(5,), match_mode="document")
+    lines = report.table.trace_lines(texts=texts)
+    assert len(lines) == len(samples) and all(line.endswith("\n") for line in lines)
+    def refuse(constant: str) -> None:
+        pytest.fail(f"{constant} in a traces line")
+
+    for line, sample in zip(lines, report.samples, strict=True):
+        assert json.loads(line, parse_constant=refuse) == _trace(sample, texts)
+    assert json.loads(lines[1])["metrics"]["ndcg@5"] is None

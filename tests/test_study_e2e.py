@@ -27,8 +27,10 @@ from typer.testing import CliRunner
 
 from composer.cli.app import app
 from composer.data import load_questions
+from composer.study._storage import make_storage
 from composer.study.experiment import ExperimentConfig, load_experiment
-from composer.study.study import make_storage, split_questions
+from composer.study.record import PrunedAt, TrialRecord
+from composer.study.study import split_questions
 
 SECRET = "s3cr3t-pw"
 SPACE = f"""
@@ -107,12 +109,13 @@ def test_trials_complete_prune_and_repeat(finished: Finished) -> None:
     states = [t.state.name for t in trials]
     assert states[:3] == ["COMPLETE", "PRUNED", "COMPLETE"]
     finished_trials = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED")]
-    distinct = [t for t in finished_trials if "duplicate_of" not in t.user_attrs]
+    records = {t.number: record for t in trials if (record := TrialRecord.of(t)) is not None}
+    distinct = [t for t in finished_trials if records[t.number].duplicate_of is None]
     assert len(distinct) == 5  # n_trials counts distinct configurations: repeats do not use up a slot
-    assert len({t.user_attrs["config_hash"] for t in distinct}) == 5
+    assert len({records[t.number].config_hash for t in distinct}) == 5
     assert len(finished_trials) <= 2 * 5  # within the repeat allowance
-    assert trials[1].user_attrs["pruned_at"] == {"step": 0, "questions": 15}
-    assert trials[2].user_attrs["duplicate_of"] == 0 and trials[2].value == trials[0].value
+    assert records[1].pruned_at == PrunedAt(step=0, questions=15)
+    assert records[2].duplicate_of == 0 and trials[2].value == trials[0].value
     assert sorted(trials[0].intermediate_values) == [0, 1, 2]  # 45 selection questions in batches of 15
     assert "study e2e" in finished.output and "best: trial #" in finished.output
     print(f"\nstudy of 5 configurations (45 + 15 questions): {finished.seconds:.1f} s")
@@ -142,6 +145,7 @@ def test_mlflow_parent_and_one_nested_run_per_trial(finished: Finished) -> None:
     pruned = runs[1]
     assert pruned.info.status == "KILLED" and pruned.data.tags["composer.trial_state"] == "PRUNED"
     assert runs[2].data.tags["composer.duplicate_of"] == "0"
+    assert runs[2].data.tags["composer.duplicate_of_run"] == runs[0].info.run_id  # points at the original
 
     full = runs[0]
     assert full.info.status == "FINISHED"
@@ -160,6 +164,19 @@ def test_mlflow_parent_and_one_nested_run_per_trial(finished: Finished) -> None:
     assert {"summary.json", "samples.csv", "traces.jsonl", "error_rates.json", "config.yaml"} <= files
     local = Path(client.download_artifacts(full.info.run_id, "samples.csv"))
     assert len(list(csv.DictReader(io.StringIO(local.read_text(encoding="utf-8"))))) == 45
+    # The pruned trial logs its report so far: the 15 questions it was scored on.
+    files = {a.path for a in client.list_artifacts(pruned.info.run_id)}
+    assert {"summary.json", "samples.csv", "traces.jsonl", "error_rates.json", "config.yaml"} <= files
+    traces = Path(client.download_artifacts(pruned.info.run_id, "traces.jsonl")).read_text(encoding="utf-8")
+    assert len(traces.splitlines()) == 15
+    # Chunk texts are logged once per index under the parent run; trial traces name chunks by id.
+    key = full.data.tags["composer.index_key"]
+    chunks = Path(client.download_artifacts(parent.info.run_id, f"chunks/{key}.jsonl")).read_text(
+        encoding="utf-8")
+    texts = {row["id"]: row["text"] for row in map(json.loads, chunks.splitlines())}
+    first = json.loads(Path(client.download_artifacts(full.info.run_id, "traces.jsonl")).read_text(
+        encoding="utf-8").splitlines()[0])
+    assert first["retrieved"] and all(hit["id"] in texts and "text" not in hit for hit in first["retrieved"])
 
 
 def test_per_question_traces_with_their_spans(finished: Finished) -> None:
@@ -178,7 +195,7 @@ def test_per_question_traces_with_their_spans(finished: Finished) -> None:
 
 def test_no_secret_reaches_mlflow(finished: Finished) -> None:
     for path in (finished.root / ".composer").rglob("*"):
-        if path.is_file() and path.name != "optuna.db":
+        if path.is_file() and not path.name.startswith("optuna.db"):
             assert SECRET.encode() not in path.read_bytes(), path
     param = trial_runs(finished)[0].data.params["embedding.api_base"]
     assert param == "https://***@llm.example/v1"
@@ -312,7 +329,10 @@ def test_several_objectives_use_nsga2_and_report_the_pareto_front(finished: Fini
     result = run_study(exp, console=Console(file=io.StringIO()))
     study = optuna.load_study(study_name="e2e-multi", storage=exp.storage_url)
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
-    assert len(complete) == 4 and all(len(t.values) == 2 for t in complete)
+    # n_trials counts distinct configurations: one the sampler proposes again is answered from the
+    # trial it repeats, and the study runs one more.
+    ran = [t for t in complete if (r := TrialRecord.of(t)) is not None and r.duplicate_of is None]
+    assert len(ran) == 4 and all(len(t.values) == 2 for t in complete)
     assert all(not t.intermediate_values for t in complete)  # Optuna prunes single objectives only
     front = result.summary["pareto_front"]
     assert front and set(front) == {t.number for t in study.best_trials}

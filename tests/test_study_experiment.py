@@ -13,10 +13,12 @@ from composer.cli.app import app
 from composer.data.types import Question, QuestionSet
 from composer.errors import ConfigError, InputError
 from composer.pipeline.config import PipelineConfig
+from composer.study._sampling import ConditionalGridSampler, make_pruner, make_sampler
 from composer.study.experiment import SplitConfig, load_experiment, locate_study
 from composer.study.space import load_search_space, parse_search_space
-from composer.study.study import make_pruner, make_sampler, split_questions
-from composer.study.tracking import StudyTracker
+from composer.study.study import split_questions
+from composer.study.tracking import RunWriter
+from composer.study.writer import StudyTracker, WriterSettings
 
 MINIMAL = "name: demo\ncorpus: data/corpus.jsonl\nquestions: data/q.jsonl\nsearch_space: space.yaml\n"
 
@@ -139,10 +141,17 @@ def test_a_storage_that_cannot_be_opened_is_one_error_line_without_its_password(
     assert reason in result.output and ":pw@" not in result.output
 
 
-def test_an_mlflow_store_that_cannot_be_used_is_an_input_error_without_its_password() -> None:
+def test_an_mlflow_store_that_cannot_be_used_is_an_input_error_without_its_password(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"cannot use the MLflow store bogus://\*\*\*@host") as err:
-        StudyTracker("bogus://u:pw@host", "demo", "demo")
+        RunWriter("bogus://u:pw@host", "demo", "demo", storage=f"sqlite:///{tmp_path / 'o.db'}")
     assert err.value.field == "mlflow.tracking_uri" and ":pw@" not in str(err.value)
+    # Through the writer process too: the study learns it before its first trial.
+    tracker = StudyTracker(WriterSettings("bogus://u:pw@host", "demo", "demo", spool=tmp_path / "spool",
+                                          storage=f"sqlite:///{tmp_path / 'o.db'}"))
+    with pytest.raises(InputError, match=r"cannot use the MLflow store bogus://\*\*\*@host") as err:
+        tracker.ready()
+    tracker.close()
+    assert ":pw@" not in str(err.value)
 
 
 def test_ui_never_prints_a_store_password() -> None:
@@ -180,7 +189,7 @@ def test_samplers_and_pruners(tmp_path: Path, repo_root: Path) -> None:
     multi = load_experiment(write(tmp_path / "m.yaml", MINIMAL + "objective: {secondary: [latency_ms]}\n"))
     assert isinstance(make_sampler(multi, space, 0), optuna.samplers.NSGAIISampler)
     grid = load_experiment(write(tmp_path / "g.yaml", MINIMAL + "sampler: grid\n"))
-    assert isinstance(make_sampler(grid, space, 0), optuna.samplers.GridSampler)
+    assert isinstance(make_sampler(grid, space, 0), ConditionalGridSampler)
     bad = load_experiment(write(tmp_path / "b.yaml", MINIMAL + "sampler: {name: tpe, n_startup: 3}\n"))
     with pytest.raises(ConfigError, match="bad option for the tpe sampler") as err:
         make_sampler(bad, space, 0)
@@ -212,3 +221,22 @@ def test_a_resumed_random_sampler_does_not_replay_its_proposals(tmp_path: Path, 
 
     assert proposals(0) == proposals(0)
     assert proposals(0) != proposals(3)
+
+
+def test_the_persian_demo_loads_without_its_data(repo_root: Path) -> None:
+    """PersianQA (GPL-3.0) is not shipped: the experiment and its space load and sample without it, and
+    point at the folder the README tells users to download it to (which git ignores)."""
+    exp = load_experiment(repo_root / "experiments" / "persian-demo.yaml")
+    assert exp.corpus == repo_root / "examples" / "persianqa" / "corpus.jsonl"
+    assert exp.search_space == repo_root / "search_spaces" / "persian-offline.yaml"
+    assert "examples/persianqa/" in (repo_root / ".gitignore").read_text(encoding="utf-8").splitlines()
+    space = load_search_space(exp.search_space)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    analyzers = set()
+    for _ in range(40):
+        trial = study.ask()
+        config = space.sample(trial)
+        if config.retrieval.mode != "dense":
+            analyzers.add(config.retrieval.analyzer)
+        study.tell(trial, 0.0)
+    assert analyzers == {"default", "rishe"}

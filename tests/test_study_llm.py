@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 from composer.cli.app import app
 from composer.data import load_questions
 from composer.study.experiment import ExperimentConfig, load_experiment
+from composer.study.record import TrialRecord
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "arcd-sample"
 N_QUESTIONS = 12
@@ -45,7 +46,7 @@ BUDGET_SPACE = """
 defaults:
   retrieval: {mode: bm25, k: 5}
 dimensions:
-  generation.template: {choices: [grounded, concise]}
+  generation.template: {choices: [concise, grounded]}
   generation.temperature: {choices: [0.0, 0.7]}
 """
 EXPERIMENT = """
@@ -59,7 +60,7 @@ pruner: none
 n_trials: {n_trials}
 batch_size: 6
 mlflow: {{traces: 3}}
-workdir: .composer
+workdir: {workdir}
 llm:
   model: openai/fake
   api_base: {url}
@@ -109,10 +110,12 @@ def secret_env() -> Iterator[None]:
     del os.environ[KEY_ENV]
 
 
-def run_study(root: Path, server: FakeLLMServer, name: str, space: str = "space.yaml", *extra: str) -> Study:
+def run_study(root: Path, server: FakeLLMServer, name: str, space: str = "space.yaml", *extra: str,
+              workdir: str = ".composer") -> Study:
     exp_file = root / f"{name}.yaml"
     exp_file.write_text(EXPERIMENT.format(name=name, corpus=EXAMPLE / "corpus.jsonl", url=server.url,
-                                          key_env=KEY_ENV, n_trials=4, space=space), encoding="utf-8")
+                                          key_env=KEY_ENV, n_trials=4, space=space, workdir=workdir),
+                        encoding="utf-8")
     exp = load_experiment(exp_file)
     study_name = extra[extra.index("--study-name") + 1] if "--study-name" in extra else name
     started = time.monotonic()
@@ -172,10 +175,12 @@ def run_traces(client: Any, run: Any) -> list[Any]:
 def test_every_trial_completes_despite_the_faults(faulty: tuple[Study, str], server: FakeLLMServer) -> None:
     study, _ = faulty
     states = [t.state.name for t in study.study.trials]
-    assert states == ["COMPLETE"] * 4, [t.user_attrs.get("error") for t in study.study.trials]
+    assert states == ["COMPLETE"] * 4, [TrialRecord.of(t) for t in study.study.trials]
     assert {r for r in server.statuses} >= {200, 429, 500, 502}
     for t in study.study.trials:
-        metrics = t.user_attrs["metrics"]
+        record = TrialRecord.of(t)
+        assert record is not None
+        metrics = record.metrics
         assert metrics["faithfulness"] == 1.0 and metrics["llm_judge_rating"] == pytest.approx(0.75)
         assert metrics["answer_correctness"] > 0.75 and metrics["llm_judge_rating_5"] == pytest.approx(4.0)
     # The LLM metrics, not their deterministic stand-ins, made the objective: no warning about them.
@@ -288,7 +293,8 @@ def test_a_trial_over_its_failure_budget_fails_with_the_reason_and_the_next_one_
 
     server.route = concise_breaks
     try:
-        broken = run_study(root, server, "llm-budget", "budget-space.yaml")
+        # A work dir of its own: no reply another study cached may rescue a broken answer.
+        broken = run_study(root, server, "llm-budget", "budget-space.yaml", workdir=".composer-budget")
     finally:
         server.route = scripted
     trials = broken.study.trials
@@ -296,7 +302,9 @@ def test_a_trial_over_its_failure_budget_fails_with_the_reason_and_the_next_one_
     assert states == {"concise": "FAIL", "grounded": "COMPLETE"} and len(trials) == 4
     failed = next(t for t in trials if t.state.name == "FAIL")
     completed = next(t for t in trials if t.state.name == "COMPLETE" and t.number > failed.number)
-    reason = failed.user_attrs["error"]
+    record = TrialRecord.of(failed)
+    assert record is not None and record.error is not None
+    reason = record.error
     assert reason.startswith("FailureBudgetExceeded: ") and "above the allowed share of 25%" in reason
     assert "server_error" in reason
     _, runs, _ = mlflow_runs(broken)
@@ -317,7 +325,7 @@ def test_the_shipped_llm_experiment_and_space_load_and_sample_valid_configs() ->
     assert exp.llm is not None and exp.llm.api_base and exp.judge is not None
     assert exp.judge.llm_config(exp.llm).model == exp.judge.model  # type: ignore[union-attr]
     data = StudyData(corpus=Corpus([], "none"), questions=QuestionSet([], "none"),
-                     space=load_search_space(exp.search_space), objective=exp.objective,
+                     space=load_search_space(exp.search_space), objective_config=exp.objective,
                      workdir=repo / ".composer", llm=exp.llm, judge=exp.judge)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     models, expansions = set(), set()

@@ -10,12 +10,14 @@ import optuna
 import pytest
 from sqlalchemy import exc
 
-from composer.study import study as study_module
+from composer.study import _optimize, _storage
+from composer.study._optimize import SurplusTrial
+from composer.study._sampling import StudySampler, make_sampler
+from composer.study._storage import ParentClaims, open_study
 from composer.study.experiment import load_experiment
-from composer.study.seeding import TrialSeededSampler
+from composer.study.record import TrialRecord
 from composer.study.space import load_search_space, parse_search_space
-from composer.study.study import SurplusTrial, make_sampler, open_study
-from composer.study.tracking import ROLE_TAG, StudyTracker
+from composer.study.tracking import ROLE_TAG, RunWriter
 
 EXPERIMENT = """
 name: races
@@ -27,7 +29,7 @@ sampler: {name: random, seed: 3}
 
 
 def test_opening_a_storage_retries_only_a_schema_race(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(study_module.time, "sleep", lambda _: None)
+    monkeypatch.setattr(_storage.time, "sleep", lambda _: None)
     calls: list[int] = []
 
     def collides_twice() -> str:
@@ -38,7 +40,7 @@ def test_opening_a_storage_retries_only_a_schema_race(monkeypatch: pytest.Monkey
             raise exc.OperationalError("CREATE TABLE", {}, Exception("table studies already exists"))
         return "storage"
 
-    assert study_module._despite_schema_race(collides_twice) == "storage" and len(calls) == 3
+    assert _storage._despite_schema_race(collides_twice) == "storage" and len(calls) == 3
 
     calls.clear()
 
@@ -47,7 +49,7 @@ def test_opening_a_storage_retries_only_a_schema_race(monkeypatch: pytest.Monkey
         raise exc.OperationalError("connect", {}, Exception("connection refused"))
 
     with pytest.raises(exc.OperationalError, match="refused"):
-        study_module._despite_schema_race(refused)
+        _storage._despite_schema_race(refused)
     assert len(calls) == 1  # not a race: no retry
 
     calls.clear()
@@ -57,8 +59,8 @@ def test_opening_a_storage_retries_only_a_schema_race(monkeypatch: pytest.Monkey
         raise exc.IntegrityError("INSERT", {}, Exception("duplicate"))
 
     with pytest.raises(exc.IntegrityError):
-        study_module._despite_schema_race(always)
-    assert len(calls) == study_module.SCHEMA_ATTEMPTS
+        _storage._despite_schema_race(always)
+    assert len(calls) == _storage.SCHEMA_ATTEMPTS
 
 
 def proposals(
@@ -83,8 +85,8 @@ def test_each_trial_draws_from_its_own_seed(tmp_path: Path, repo_root: Path) -> 
     exp = load_experiment(tmp_path / "e.yaml")
     space = load_search_space(repo_root / "search_spaces" / "arabic-offline.yaml")
 
-    def seeded() -> TrialSeededSampler:
-        return TrialSeededSampler(lambda number: make_sampler(exp, space, number))
+    def seeded() -> StudySampler:
+        return StudySampler(lambda place: make_sampler(exp, space, place), per_trial=True)
 
     first = proposals(seeded(), space, 4)
     assert first == proposals(seeded(), space, 4)  # reproducible
@@ -126,21 +128,22 @@ def test_a_trial_started_past_the_target_is_surplus(tmp_path: Path) -> None:
     failed: list[tuple[int, str]] = []
 
     class Tracker:
-        def log_failed_trial(self, number: int, config: Any, reason: str) -> None:
-            failed.append((number, reason))
+        def lost(self, trials: list[tuple[int, Any, str]]) -> None:
+            failed.extend((number, reason) for number, _, reason in trials)
 
     def runner(trial: optuna.Trial) -> float:
         ran.append(trial.number)
         return 0.5
 
-    objective = study_module._first_trials_only(2, runner, Tracker())  # type: ignore[arg-type]
+    objective = _optimize.StudyObjective(2, runner, Tracker(), "host:42")  # type: ignore[arg-type]
     study.optimize(objective, n_trials=5, catch=(SurplusTrial,))
     # It stopped this worker at once: one surplus trial, failed unscored, the runner never called.
     assert ran == [] and len(study.trials) == 3
     surplus = study.trials[2]
-    assert surplus.state == optuna.trial.TrialState.FAIL and surplus.user_attrs["error"].startswith("surplus")
-    assert surplus.user_attrs["worker"] == study_module.WORKER
-    assert failed == [(2, surplus.user_attrs["error"])]
+    record = TrialRecord.of(surplus)
+    assert surplus.state == optuna.trial.TrialState.FAIL and record is not None and record.error is not None
+    assert record.error.startswith("surplus") and record.worker == "host:42"
+    assert failed == [(2, record.error)]
 
     # Once the other worker's trial failed, its slot is free again and the next trial runs.
     study.tell(other_worker, state=optuna.trial.TrialState.FAIL)
@@ -148,25 +151,32 @@ def test_a_trial_started_past_the_target_is_surplus(tmp_path: Path) -> None:
     assert ran == [3] and study.trials[3].state == optuna.trial.TrialState.COMPLETE
 
 
-def test_a_parent_run_created_twice_is_reduced_to_the_earliest(tmp_path: Path) -> None:
-    """On a tracking server two workers may each find no parent and each create one: the later one
-    sees both, keeps the earliest and deletes its own."""
+def test_workers_that_each_create_a_parent_run_elect_one_through_the_study_storage(tmp_path: Path) -> None:
+    """On a tracking server two workers may each find no parent and each create a candidate: the
+    storage's primary key elects the first insert, the loser deletes its own. No clock, no wait."""
     from mlflow.entities import ViewType
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    first = StudyTracker(uri, "races", "s", study_params={"sampler": "tpe"})
+    uri, storage = f"sqlite:///{tmp_path / 'mlflow.db'}", f"sqlite:///{tmp_path / 'optuna.db'}"
+    first = RunWriter(uri, "races", "s", storage=storage, study_params={"sampler": "tpe"})
 
-    class Blind(StudyTracker):
-        """Finds no parent on its first look, as a worker whose search ran before the other's create."""
-
-        looks = 0
+    class Blind(RunWriter):
+        """Finds no parent at all, as a worker whose look ran before the other's election."""
 
         def _parent_runs(self) -> list[str]:
-            Blind.looks += 1
-            return [] if Blind.looks == 1 else super()._parent_runs()
+            return []
 
-    second = Blind(uri, "races", "s", study_params={"sampler": "tpe"})
-    assert second.parent_run_id == first.parent_run_id and Blind.looks == 2
+    claims = ParentClaims(storage, "s", "races")
+    real_get = ParentClaims.get
+    looks: list[str | None] = []
+
+    def unseen_first(self: ParentClaims) -> str | None:
+        looks.append(None)
+        return None if len(looks) == 1 else real_get(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ParentClaims, "get", unseen_first)
+        second = Blind(uri, "races", "s", storage=storage, study_params={"sampler": "tpe"})
+    assert second.parent_run_id == first.parent_run_id == claims.get()
     runs = first.client.search_runs([first.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'study'",
                                     run_view_type=ViewType.ALL)
     assert len(runs) == 2
@@ -174,7 +184,36 @@ def test_a_parent_run_created_twice_is_reduced_to_the_earliest(tmp_path: Path) -
     assert by_id[first.parent_run_id].info.lifecycle_stage == "active"
     assert by_id[first.parent_run_id].data.params["sampler"] == "tpe"
     [deleted] = [r for r in runs if r.info.run_id != first.parent_run_id]
-    assert deleted.info.lifecycle_stage == "deleted"
+    assert deleted.info.lifecycle_stage == "deleted" and deleted.data.params == {}
+    # A claim is per study and MLflow experiment.
+    assert ParentClaims(storage, "other", "races").get() is None
+    assert ParentClaims(storage, "s", "elsewhere").get() is None
+
+
+def test_a_study_deleted_and_created_again_under_its_name_is_refused_its_old_parent(tmp_path: Path) -> None:
+    """Its trial-000 must not land beside the old study's trial-000 under one parent run."""
+    from composer.errors import InputError
+    from composer.study.tracking import TRIAL_TAG
+
+    uri, storage = f"sqlite:///{tmp_path / 'mlflow.db'}", f"sqlite:///{tmp_path / 'optuna.db'}"
+    first = RunWriter(uri, "races", "s", storage=storage)
+    first.client.create_run(first.experiment_id, tags={"mlflow.parentRunId": first.parent_run_id,
+                                                       TRIAL_TAG: "0"})
+    study = optuna.create_study(study_name="s", storage=storage)  # a new study: no trials yet
+    with pytest.raises(InputError, match=r"MLflow holds trials of study 's'.*new --study-name"):
+        RunWriter(uri, "races", "s", storage=storage)
+    # Another worker's trial, from after this worker opened the study, counts: no refusal then.
+    study.ask()
+    assert RunWriter(uri, "races", "s", storage=storage).parent_run_id == first.parent_run_id
+
+
+def test_a_parent_elected_by_a_worker_that_died_before_logging_its_params_gets_them(tmp_path: Path) -> None:
+    uri, storage = f"sqlite:///{tmp_path / 'mlflow.db'}", f"sqlite:///{tmp_path / 'optuna.db'}"
+    first = RunWriter(uri, "races", "s", storage=storage)  # elected, no params (as if it died then)
+    assert first.client.get_run(first.parent_run_id).data.params == {}
+    second = RunWriter(uri, "races", "s", storage=storage, study_params={"sampler": "tpe"})
+    assert second.parent_run_id == first.parent_run_id
+    assert second.client.get_run(second.parent_run_id).data.params == {"sampler": "tpe"}
 
 
 def test_an_experiment_created_in_between_is_loaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -190,13 +229,12 @@ def test_an_experiment_created_in_between_is_loaded(tmp_path: Path, monkeypatch:
         return None if len(looks) == 1 else original(self, name)  # the other worker's create lands now
 
     monkeypatch.setattr(MlflowClient, "get_experiment_by_name", late)
-    tracker = StudyTracker(uri, "races", "s")
-    assert tracker.experiment_id == existing and len(looks) == 2
+    writer = RunWriter(uri, "races", "s", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    assert writer.experiment_id == existing and len(looks) == 2
 
 
-def test_a_study_bounded_by_its_timeout_alone_records_each_trials_worker() -> None:
+def test_a_study_bounded_by_its_timeout_alone_runs_every_trial() -> None:
     study = optuna.create_study()
-    objective = study_module._first_trials_only(None, lambda trial: 0.5, None)  # type: ignore[arg-type]
+    objective = _optimize.StudyObjective(None, lambda trial: 0.5, None)
     study.optimize(objective, n_trials=2)
-    assert [t.user_attrs["worker"] for t in study.trials] == [study_module.WORKER] * 2
     assert [t.value for t in study.trials] == [0.5, 0.5]

@@ -18,16 +18,18 @@ from typer.testing import CliRunner
 
 from composer.cli.app import app
 from composer.data.types import QuestionSet
-from composer.errors import ConfigError
-from composer.evaluation.pipeline import BatchHook, RetrievalPipeline, Scored
-from composer.judges import AnswerJudgeResult, FailureBudgetExceeded
+from composer.evaluation.scoring import BatchHook, RankingPipeline, Scored, StageHook
+from composer.judges import FailureBudgetExceeded
 from composer.llm import Usage
 from composer.llm.usage import active_trackers
+from composer.study._optimize import REPEAT_ALLOWANCE
+from composer.study._storage import make_storage, open_study
 from composer.study.experiment import load_experiment
 from composer.study.leaderboard import PIPED_WIDTH, describe_params, report_console
+from composer.study.record import TrialRecord
 from composer.study.runner import StudyData
 from composer.study.space import load_search_space
-from composer.study.study import make_storage, open_study, run_study
+from composer.study.study import run_study
 
 SPACE = """
 dimensions:
@@ -83,16 +85,26 @@ def test_settings_no_trial_could_run_with_fail_before_the_study_starts(
     assert not (experiment.parent / ".composer" / "optuna.db").exists()
 
 
-def test_optuna_reports_a_trial_failed_by_a_composer_error_without_its_traceback(experiment: Path) -> None:
+def test_optuna_reports_failed_trials_only_with_debug(experiment: Path) -> None:
+    """The live view prints one line per failed trial; Optuna's two warnings and traceback for it pass
+    only when the composer logger is at DEBUG (`composer --debug`)."""
     open_study(load_experiment(experiment), load_search_space(experiment.parent / "space.yaml"))
     failures = logging.getLogger("optuna.study._optimize")
-    for exc, traced in ((ConfigError("overlap must be smaller than size"), False), (KeyError("bug"), True)):
-        try:
-            raise exc
-        except Exception:
-            record = failures.makeRecord(failures.name, logging.WARNING, __file__, 0, "Trial 0 failed", (),
-                                         sys.exc_info())
-        assert failures.filter(record) and (record.exc_info is not None) == traced
+    composer_logger = logging.getLogger("composer")
+    level = composer_logger.level
+    try:
+        raise KeyError("bug")
+    except KeyError:
+        record = failures.makeRecord(failures.name, logging.WARNING, __file__, 0, "Trial 0 failed with", (),
+                                     sys.exc_info())
+    other = failures.makeRecord(failures.name, logging.WARNING, __file__, 0, "something else", (), None)
+    try:
+        composer_logger.setLevel(logging.WARNING)
+        assert not failures.filter(record) and failures.filter(other)
+        composer_logger.setLevel(logging.DEBUG)
+        assert failures.filter(record) and record.exc_info is not None
+    finally:
+        composer_logger.setLevel(level)
 
 
 @pytest.mark.parametrize("failing", ["winner", "runner_up"])
@@ -107,17 +119,18 @@ def test_a_failed_held_out_rescore_is_reported_and_the_study_finishes(
     score = StudyData.score
     rescored: list[int] = []
 
-    def spending_or_failing(self: StudyData, pipeline: RetrievalPipeline, questions: QuestionSet, *,
-                            batch_size: int | None = None, on_batch: BatchHook | None = None) -> Scored:
+    def spending_or_failing(self: StudyData, pipeline: RankingPipeline, questions: QuestionSet, *,
+                            batch_size: int | None = None, on_batch: BatchHook | None = None,
+                            on_stage: StageHook | None = None) -> Scored:
         if on_batch is None:  # a held-out re-score: the winner's, then the runner-up's
             rescored.append(1)
             if len(rescored) == ("winner", "runner_up").index(failing) + 1:
-                raise FailureBudgetExceeded(AnswerJudgeResult([], Usage(), ()), 4, 10, 0.1)
+                raise FailureBudgetExceeded(4, 10, 0.1, Usage())
             return score(self, pipeline, questions, batch_size=batch_size)
         for usage in active_trackers():  # one (pretend) LLM call per trial
             usage.record_call(cached=False, failed=None)
             usage.record_request(100, 20, 0.5)
-        return score(self, pipeline, questions, batch_size=batch_size, on_batch=on_batch)
+        return score(self, pipeline, questions, batch_size=batch_size, on_batch=on_batch, on_stage=on_stage)
 
     monkeypatch.setattr(StudyData, "score", spending_or_failing)
     result = CliRunner().invoke(app, ["optimize", str(experiment)])
@@ -130,7 +143,7 @@ def test_a_failed_held_out_rescore_is_reported_and_the_study_finishes(
     scored = {"winner"} if failing == "runner_up" else set()
     assert set(held) == {"n_questions", "error", *scored} and "FailureBudgetExceeded" in held["error"]
     assert ("held-out (10 questions): winner #" in result.output) == (failing == "runner_up")
-    ran = [t for t in study.trials if "duplicate_of" not in t.user_attrs]  # a repeat calls nothing
+    ran = [t for t in study.trials if (r := TrialRecord.of(t)) and r.duplicate_of is None]  # repeats: no call
     assert ran and f"LLM: {len(ran)} calls (0 cached), {120 * len(ran)} tokens" in result.output
 
     from mlflow import MlflowClient
@@ -158,10 +171,11 @@ def test_a_piped_leaderboard_keeps_one_line_per_trial(tmp_path: Path) -> None:
     distributions: dict[str, optuna.distributions.BaseDistribution] = {
         k: optuna.distributions.CategoricalDistribution([v]) for k, v in params.items()}
     for number in range(3):
+        metrics = {"composite": 0.5 + number / 10, "recall@10": 0.75, "ndcg@10": 0.5, "token_f1": 0.25,
+                   "latency_ms": 12.5, "context_tokens": 640.0}
         study.add_trial(optuna.trial.create_trial(
             params=params, distributions=distributions, value=0.5 + number / 10,
-            user_attrs={"metrics": {"composite": 0.5 + number / 10, "recall@10": 0.75, "ndcg@10": 0.5,
-                                    "token_f1": 0.25, "latency_ms": 12.5, "context_tokens": 640.0}},
+            user_attrs={"composer": TrialRecord({}, f"h{number}", metrics=metrics).to_dict()},
         ))
     result = CliRunner().invoke(app, ["trials", "wide", "--storage", storage])
     assert result.exit_code == 0, result.output
@@ -183,8 +197,6 @@ def test_the_report_console_is_wide_only_when_piped(monkeypatch: pytest.MonkeyPa
 def test_a_space_smaller_than_n_trials_ends_within_the_repeat_allowance(experiment: Path) -> None:
     """Two configurations and n_trials 4: both are scored, TPE's repeats are answered from them, and the
     study stops at twice n_trials trials instead of proposing forever."""
-    from composer.study.study import REPEAT_ALLOWANCE
-
     text = experiment.read_text(encoding="utf-8")
     space = experiment.parent / "tiny-space.yaml"
     space.write_text("dimensions:\n  retrieval.mode: {choices: [bm25]}\n  retrieval.k: {choices: [5, 10]}\n",
@@ -196,7 +208,7 @@ def test_a_space_smaller_than_n_trials_ends_within_the_repeat_allowance(experime
     study = optuna.load_study(study_name=load_experiment(experiment).name,
                               storage=load_experiment(experiment).storage_url)
     finished = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
-    distinct = [t for t in finished if "duplicate_of" not in t.user_attrs]
+    distinct = [t for t in finished if (r := TrialRecord.of(t)) and r.duplicate_of is None]
     assert len({t.params["retrieval.k"] for t in distinct}) == len(distinct) == 2
     assert len(finished) == REPEAT_ALLOWANCE * 4
     assert all(t.value == next(d.value for d in distinct if d.params == t.params) for t in finished)

@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pytest
 
+from composer.data.ranking import ChunkTable, Ranking, ranking_from_run
 from composer.data.types import Corpus, Document, Hit, Question, QuestionSet, Run
-from composer.evaluation.pipeline import score_pipeline
-from composer.generation import Answer, answer_questions
+from composer.evaluation.scoring import score_pipeline
+from composer.generation import Answer, answer_questions, contexts_for
 from composer.llm.usage import active_trackers
 from composer.pipeline.config import PipelineConfig
 from composer.pipeline.pipeline import IndexInfo
+from composer.redact import MASK, flatten, scrub, scrub_url
+from composer.study._report import llm_totals
 from composer.study.experiment import ObjectiveConfig
-from composer.study.runner import LLM_USAGE_ATTR, StudyData, TrialLog, TrialRunner, config_hash
+from composer.study.record import PrunedAt, TrialLog, TrialRecord
+from composer.study.runner import StudyData, TrialRunner, config_hash
 from composer.study.space import parse_search_space
-from composer.study.study import llm_totals
-from composer.study.tracking import MASK, StudyTracker, flatten, mlflow_metric_name, scrub
+from composer.study.tracking import RunWriter, mlflow_metric_name
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -29,6 +34,7 @@ QUESTIONS = QuestionSet(
      for i in range(10)],
     "mem",
 )
+TABLE = ChunkTable(tuple(d.id for d in CORPUS), tuple(d.id for d in CORPUS), tuple(d.text for d in CORPUS))
 
 
 @dataclass
@@ -38,27 +44,32 @@ class ScriptedPipeline:
     config: PipelineConfig
     good: bool
     calls: list[int] = field(default_factory=list)
+    searched: float = 0.0
 
     def index(self, corpus: Corpus) -> IndexInfo:
         return IndexInfo("composer-test", len(corpus), len(corpus), False, 0, 0, 0.0)
 
-    def universe(self) -> dict[str, tuple[str, str]]:
-        return {d.id: (d.id, d.text) for d in CORPUS}
+    def universe(self) -> ChunkTable:
+        return TABLE
 
-    def retrieve_timed(self, questions: Sequence[Question]) -> tuple[Run, dict[str, dict[str, float]]]:
+    def rank(self, questions: Sequence[Question]) -> tuple[Ranking, dict[str, np.ndarray]]:
         self.calls.append(len(questions))
         run: Run = {}
         for q in questions:
             target = q.relevant_ids[0]
             ids = [target] if self.good else []
             ids += [d.id for d in CORPUS if d.id != target][: self.config.retrieval.k - len(ids)]
-            run[q.id] = [Hit(i, 1.0 - r / 10, CORPUS.get(i).text, i) for r, i in enumerate(ids)]  # type: ignore[union-attr]
-        return run, {q.id: {"retrieve": 0.001, "rerank": 0.0} for q in questions}
+            run[q.id] = [Hit(i, 1.0 - r / 10) for r, i in enumerate(ids)]
+        ranking = ranking_from_run(run, [q.id for q in questions], TABLE)
+        return ranking, {"retrieve": np.full(len(questions), 0.001), "rerank": np.zeros(len(questions))}
 
     def answer(
-        self, questions: Sequence[Question], run: Run, *, max_failures: int | None = None
+        self, questions: Sequence[Question], ranking: Ranking, *, max_failures: int | None = None,
+        on_answer: Callable[[int], None] | None = None,
     ) -> dict[str, Answer]:
-        return answer_questions(questions, run)  # the offline extractive answerer
+        rows = {qid: i for i, qid in enumerate(ranking.question_ids)}
+        contexts = [contexts_for(ranking.hits(rows[q.id]), 5) for q in questions]
+        return answer_questions(questions, contexts)  # the offline extractive answerer
 
 
 @dataclass
@@ -66,12 +77,13 @@ class SpendingPipeline(ScriptedPipeline):
     """Makes one (pretend) LLM call per batch it answers: 10 prompt tokens a question, $0.25."""
 
     def answer(
-        self, questions: Sequence[Question], run: Run, *, max_failures: int | None = None
+        self, questions: Sequence[Question], ranking: Ranking, *, max_failures: int | None = None,
+        on_answer: Callable[[int], None] | None = None,
     ) -> dict[str, Answer]:
         for usage in active_trackers():
             usage.record_call(cached=False, failed=None)
             usage.record_request(10 * len(questions), 1, 0.25)
-        return super().answer(questions, run, max_failures=max_failures)
+        return super().answer(questions, ranking, max_failures=max_failures)
 
 
 class ScriptedData(StudyData):
@@ -88,21 +100,20 @@ def data(dims: dict[str, object] | None = None, batch_size: int = 4,
          kind: type[ScriptedPipeline] = ScriptedPipeline) -> ScriptedData:
     dims = dims or {"retrieval.mode": {"choices": ["bm25", "dense"]}, "retrieval.k": {"choices": [3]}}
     d = ScriptedData(corpus=CORPUS, questions=QUESTIONS, space=parse_search_space({"dimensions": dims}),
-                     objective=ObjectiveConfig(k=3, metrics={"recall": 1.0, "token_f1": 1.0}),
+                     objective_config=ObjectiveConfig(k=3, metrics={"recall": 1.0, "token_f1": 1.0}),
                      workdir=Path("unused"), batch_size=batch_size)
     d.built, d.kind = [], kind
     return d
 
 
 class Logged:
-    """A tracker that keeps what the runner would send to MLflow."""
+    """A sink that keeps what the runner would send to MLflow."""
 
     def __init__(self) -> None:
         self.logs: dict[int, TrialLog] = {}
 
-    def log_trial(self, log: TrialLog) -> str:
+    def __call__(self, log: TrialLog) -> None:
         self.logs[log.number] = log
-        return str(log.number)
 
 
 def good_poor_and_repeat(d: ScriptedData, tracker: Logged | None = None) -> optuna.Study:
@@ -111,7 +122,7 @@ def good_poor_and_repeat(d: ScriptedData, tracker: Logged | None = None) -> optu
                                 pruner=optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0))
     for mode in ("bm25", "dense", "bm25"):
         study.enqueue_trial({"retrieval.mode": mode, "retrieval.k": 3})
-    study.optimize(TrialRunner(d, tracker), n_trials=3)  # type: ignore[arg-type]
+    study.optimize(TrialRunner(d, tracker), n_trials=3)
     assert [t.state.name for t in study.trials] == ["COMPLETE", "PRUNED", "COMPLETE"]
     return study
 
@@ -120,15 +131,25 @@ def test_score_pipeline_reports_a_growing_report_per_batch() -> None:
     pipeline = ScriptedPipeline(PipelineConfig.from_dict({"retrieval": {"mode": "bm25", "k": 3}}), good=True)
     seen: list[tuple[int, int]] = []
     scored = score_pipeline(pipeline, QUESTIONS, CORPUS, ks=(1, 3), batch_size=4,
-                            on_batch=lambda step, report: seen.append((step, len(report.samples))))
-    assert pipeline.calls == [4, 4, 2]
+                            on_batch=lambda step, report: seen.append((step, len(report))))
+    assert pipeline.calls == [10]  # no LLM: every question ranked at once, the batches are pruning steps
     assert seen == [(0, 4), (1, 8), (2, 10)]
     assert [s.question_id for s in scored.report.samples] == [q.id for q in QUESTIONS]
     stats = scored.report.stats()
     assert stats["recall@1"].mean == 1.0 and stats["token_f1"].n == 10
-    assert set(scored.report.samples[0].latency) == {"retrieve", "rerank", "generate", "judge"}
+    assert set(scored.report.samples[0].latency) == {"retrieve", "rerank", "generate"}
     assert scored.secondary_metrics()["context_tokens"] > 0
     assert scored.answerer == "extractive"
+
+
+def test_a_retrieval_only_objective_answers_nothing() -> None:
+    pipeline = ScriptedPipeline(PipelineConfig.from_dict({"retrieval": {"mode": "bm25", "k": 3}}), good=True)
+    scored = score_pipeline(pipeline, QUESTIONS, CORPUS, ks=(1, 3), answers=False)
+    assert scored.answers == {} and "token_f1" not in scored.report.means()
+    assert scored.report.means()["recall@3"] == 1.0
+    d = data({"retrieval.mode": {"choices": ["bm25"]}})
+    d.objective_config = ObjectiveConfig(k=3, metrics={"recall": 1.0, "ndcg": 1.0})
+    assert not d.answers
 
 
 def test_a_repeated_configuration_returns_the_earlier_result_without_running() -> None:
@@ -140,9 +161,10 @@ def test_a_repeated_configuration_returns_the_earlier_result_without_running() -
     first, second = study.trials
     assert len(d.built) == 1  # the repeat built no pipeline
     assert second.value == first.value
-    assert second.user_attrs["duplicate_of"] == 0
-    assert second.user_attrs["metrics"] == first.user_attrs["metrics"]
-    assert second.user_attrs["config_hash"] == config_hash(d.space.build(first.params))
+    one, two = TrialRecord.of(first), TrialRecord.of(second)
+    assert one is not None and two is not None
+    assert two.duplicate_of == 0 and two.metrics == one.metrics
+    assert two.config_hash == one.config_hash == config_hash(d.space.build(first.params))
     assert sorted(first.intermediate_values) == [0, 1, 2]  # one report per batch of 4, 4 and 2 questions
     assert first.intermediate_values[2] == pytest.approx(first.value)
 
@@ -157,8 +179,9 @@ def test_a_poor_trial_is_pruned_between_batches() -> None:
     good, poor = study.trials
     assert good.state == optuna.trial.TrialState.COMPLETE
     assert poor.state == optuna.trial.TrialState.PRUNED
-    assert poor.user_attrs["pruned_at"] == {"step": 0, "questions": 4}
-    assert d.built[1].calls == [4]  # stopped after the first batch
+    record = TrialRecord.of(poor)
+    assert record is not None and record.pruned_at == PrunedAt(step=0, questions=4)
+    assert list(poor.intermediate_values) == [0]  # stopped at the first step
 
 
 def test_a_pruned_trial_logs_its_running_composite_apart_from_complete_ones() -> None:
@@ -174,21 +197,26 @@ def test_a_pruned_trial_logs_its_running_composite_apart_from_complete_ones() ->
     assert tracker.logs[0].metrics["composite"] == pytest.approx(good.value)
     assert "composite_at_prune" not in tracker.logs[0].metrics
     assert tracker.logs[2].metrics["composite"] == tracker.logs[0].metrics["composite"]  # the repeat
+    # Every trial, the pruned one included, hands its report (so far) to the writer.
+    report = tracker.logs[1].report
+    assert report is not None and len(report) == 4 and tracker.logs[1].state == "PRUNED"
+    assert tracker.logs[2].tags["composer.duplicate_of"] == "0" and tracker.logs[2].report is None
 
 
 def test_every_trial_records_its_own_llm_spending_for_the_study_totals() -> None:
     study = good_poor_and_repeat(data(kind=SpendingPipeline))
-    good, poor, repeat = study.trials
-    # 10 questions in batches of 4: three calls; the pruned trial answered one batch; the repeat none.
-    assert good.user_attrs[LLM_USAGE_ATTR]["llm_calls"] == 3
-    assert good.user_attrs[LLM_USAGE_ATTR]["llm_prompt_tokens"] == 100
-    assert poor.user_attrs[LLM_USAGE_ATTR]["llm_calls"] == 1
-    assert LLM_USAGE_ATTR not in repeat.user_attrs
-    totals = llm_totals(study)
-    assert totals["llm_calls"] == 4 and totals["llm_cached_calls"] == 0
-    assert totals["llm_prompt_tokens"] == 140 and totals["llm_total_tokens"] == 144
-    assert totals["llm_cost_usd"] == 1.0
-    assert llm_totals(good_poor_and_repeat(data())) == {}  # no LLM, nothing to sum
+    good, poor, repeat = (TrialRecord.of(t) for t in study.trials)
+    assert good is not None and poor is not None and repeat is not None
+    # One pretend call per batch answered: all 10 questions at once (the scripted pipeline ranks without an
+    # LLM); the pruned trial stopped after it too; the repeat made none.
+    assert good.llm_usage["llm_calls"] == 1 and good.llm_usage["llm_prompt_tokens"] == 100
+    assert poor.llm_usage["llm_calls"] == 1
+    assert repeat.llm_usage == {}
+    totals = llm_totals(study.trials)
+    assert totals["llm_calls"] == 2 and totals["llm_cached_calls"] == 0
+    assert totals["llm_prompt_tokens"] == 200 and totals["llm_total_tokens"] == 202
+    assert totals["llm_cost_usd"] == 0.5
+    assert llm_totals(good_poor_and_repeat(data()).trials) == {}  # no LLM, nothing to sum
 
 
 def test_a_failing_trial_fails_alone_with_its_error_recorded() -> None:
@@ -197,7 +225,8 @@ def test_a_failing_trial_fails_alone_with_its_error_recorded() -> None:
     study = optuna.create_study(direction="maximize")
     study.optimize(TrialRunner(d), n_trials=1, catch=(Exception,))
     assert study.trials[0].state == optuna.trial.TrialState.FAIL
-    assert "overlap" in study.trials[0].user_attrs["error"]
+    record = TrialRecord.of(study.trials[0])
+    assert record is not None and record.error is not None and "overlap" in record.error
 
 
 def test_scrub_masks_secrets_but_not_scores_or_index_keys() -> None:
@@ -210,13 +239,38 @@ def test_scrub_masks_secrets_but_not_scores_or_index_keys() -> None:
     assert out["auth_token"] == MASK and out["password"] == MASK and out["empty_key"] == ""
 
 
+@pytest.mark.parametrize(("url", "shown"), [
+    ("postgresql://u:pa/ss@host:5432/db", f"postgresql://{MASK}@host:5432/db"),  # "/" in a password
+    ("postgresql://u:p@ss@host/db", f"postgresql://{MASK}@host/db"),  # an unescaped "@" in one
+    ("https://sk-abc@host/v1", f"https://{MASK}@host/v1"),  # a token as the user
+    ("https://host/@name/page", "https://host/@name/page"),  # a path, not userinfo
+    ("http://h/v1?accessToken=abc&x=1", f"http://h/v1?accessToken={MASK}&x=1"),  # camelCase
+    ("https://b.blob/c?sv=2024&X-Amz-Signature=zz", f"https://b.blob/c?sv=2024&X-Amz-Signature={MASK}"),
+    ("http://h/?sessionId=1&keyword=ok", f"http://h/?sessionId={MASK}&keyword=ok"),
+    ("http://h/?clientSecret=s&api-key=k", f"http://h/?clientSecret={MASK}&api-key={MASK}"),
+    ("sqlite:///work/optuna.db?timeout=30", "sqlite:///work/optuna.db?timeout=30"),
+    ("failed: see postgresql://a:b@c/d now", f"failed: see postgresql://{MASK}@c/d now"),
+])
+def test_scrub_url_masks_every_credential_form(url: str, shown: str) -> None:
+    assert scrub_url(url) == shown
+
+
+def test_a_failed_trials_error_is_scrubbed_in_its_record() -> None:
+    error = "OperationalError: postgresql://u:pw@db/x refused"
+    record = TrialRecord({}, "", "w", error=error, failure="error")
+    assert record.to_dict()["error"] == f"OperationalError: postgresql://{MASK}@db/x refused"
+
+
 def test_a_failed_trials_run_is_scrubbed_like_any_other(tmp_path: Path) -> None:
     """A trial failed before it had a pipeline (an invalid sampled combination) may quote the sampled
     values in its error: its run's tags and params are scrubbed as a finished trial's are."""
-    tracker = StudyTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "scrub", "s")
+    writer = RunWriter(
+        f"sqlite:///{tmp_path / 'mlflow.db'}", "scrub", "s", storage=f"sqlite:///{tmp_path / 'o.db'}"
+    )
     endpoint = "https://user:s3cret@llm.example/v1"
-    tracker.log_failed_trial(0, {"generation.api_base": endpoint}, f"ConfigError: [api_base={endpoint!r}]")
-    [run] = tracker.client.search_runs([tracker.experiment_id], filter_string="tags.`composer.trial` = '0'")
+    writer.write_trial(TrialLog(0, {"generation.api_base": endpoint}, datetime.now(timezone.utc), "FAIL",
+                                tags={"composer.error": f"ConfigError: [api_base={endpoint!r}]"}))
+    [run] = writer.client.search_runs([writer.experiment_id], filter_string="tags.`composer.trial` = '0'")
     assert run.data.tags["composer.error"] == f"ConfigError: [api_base='https://{MASK}@llm.example/v1']"
     assert run.data.params["generation.api_base"] == f"https://{MASK}@llm.example/v1"
     assert run.info.status == "FAILED" and run.data.tags["composer.trial_state"] == "FAIL"

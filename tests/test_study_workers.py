@@ -19,8 +19,15 @@ import optuna
 import pytest
 from postgres import Postgres, free_port, postgres_bin, running_postgres
 
-from composer.study.study import REPEAT_ALLOWANCE
+from composer.study._optimize import REPEAT_ALLOWANCE
+from composer.study.record import TrialRecord
 from composer.study.tracking import ROLE_TAG, STATE_TAG, STUDY_TAG, TRIAL_TAG
+
+
+def record(t: optuna.trial.FrozenTrial) -> TrialRecord:
+    found = TrialRecord.of(t)
+    assert found is not None, t.number
+    return found
 
 N_TRIALS = 10
 SPACE = """
@@ -94,16 +101,16 @@ def check_study(storage: str, tracking_uri: str) -> list[optuna.trial.FrozenTria
     trials = study.get_trials(deepcopy=False)
     finished = [t for t in trials if t.state in (optuna.trial.TrialState.COMPLETE,
                                                  optuna.trial.TrialState.PRUNED)]
-    distinct = [t for t in finished if "duplicate_of" not in t.user_attrs]
+    distinct = [t for t in finished if record(t).duplicate_of is None]
     assert len(distinct) == N_TRIALS
     assert len(finished) <= REPEAT_ALLOWANCE * N_TRIALS
     assert sorted(t.number for t in trials) == list(range(len(trials)))
     others = [t for t in trials if t not in finished]
     # The only other trials allowed: one started at the very instant the target was reached elsewhere.
-    assert all(t.state == optuna.trial.TrialState.FAIL and t.user_attrs["error"].startswith("surplus")
-               for t in others), [(t.number, t.state, t.user_attrs.get("error")) for t in others]
+    assert all(t.state == optuna.trial.TrialState.FAIL and (record(t).error or "").startswith("surplus")
+               for t in others), [(t.number, t.state, TrialRecord.of(t)) for t in others]
     assert len(others) <= 1
-    assert len({t.user_attrs["worker"] for t in finished}) == 2  # both workers ran trials
+    assert len({record(t).worker for t in finished}) == 2  # both workers ran trials
     assert any(t.state == optuna.trial.TrialState.COMPLETE for t in finished)
 
     client = MlflowClient(tracking_uri)
@@ -147,7 +154,7 @@ def test_two_workers_on_one_machine_share_a_workdir(tmp_path: Path, repo_root: P
     assert len(every_parent) == 1
     # Indexes were shared through the workdir; private copies of the worker that found one in use
     # were removed when it exited.
-    keys = {t.user_attrs["index_key"] for t in trials if "index_key" in t.user_attrs}
+    keys = {r.index.key for t in trials if (r := TrialRecord.of(t)) is not None and r.index is not None}
     assert keys and all((workdir / "qdrant" / key / "meta.json").is_file() for key in keys)
     workers = workdir / "qdrant" / ".workers"
     assert not workers.exists() or not [p for p in workers.iterdir() if p.is_dir()]
@@ -199,7 +206,7 @@ def test_two_workers_with_separate_workdirs_and_a_tracking_server(
     second.mkdir()
     seconds = run_workers(exp, storage, [first, second])
     trials = check_study(storage, mlflow_server)
-    keys = {t.user_attrs["index_key"] for t in trials if "index_key" in t.user_attrs}
+    keys = {r.index.key for t in trials if (r := TrialRecord.of(t)) is not None and r.index is not None}
     built = [{k for k in keys if (m / ".composer" / "qdrant" / k).is_dir()} for m in (first, second)]
     assert built[0] and built[1]  # each machine built the indexes it needed in its own workdir
     assert not (first / ".composer" / "mlflow.db").exists()

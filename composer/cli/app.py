@@ -17,6 +17,7 @@ from composer.cli.export import export_command
 from composer.cli.index import index_command
 from composer.cli.optimize import optimize_command
 from composer.cli.search import search_command
+from composer.cli.synth import synth_command
 from composer.cli.trials import trials_command
 from composer.cli.ui import ui_command
 from composer.errors import ComposerError
@@ -38,7 +39,8 @@ def user_error_message(exc: BaseException) -> str | None:
 
 
 class ComposerGroup(TyperGroup):
-    """Prints user errors as one `error: ...` line on stderr and exits 2, without a traceback."""
+    """Prints user errors as one `error: ...` line on stderr and exits 2 (1 for a study that had to stop),
+    without a traceback unless `--debug`."""
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -47,8 +49,10 @@ class ComposerGroup(TyperGroup):
             message = user_error_message(exc)
             if message is None:
                 raise
+            if logging.getLogger("composer").isEnabledFor(logging.DEBUG):
+                logging.getLogger("composer").debug("traceback", exc_info=exc)
             typer.echo(f"error: {message}", err=True)
-            raise typer.Exit(2) from None
+            raise typer.Exit(getattr(exc, "exit_code", 2)) from None
 
 
 class MultiValueCommand(TyperCommand):
@@ -93,8 +97,11 @@ app = typer.Typer(
 @app.callback()
 def _root(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show progress messages."),
+    debug: bool = typer.Option(
+        False, "--debug", help="Show debug messages and the traceback of every failed trial and error."
+    ),
 ) -> None:
-    _configure_logging(logging.INFO if verbose else logging.WARNING)
+    _configure_logging(logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING)
 
 
 app.command("eval", cls=MultiValueCommand)(eval_command)
@@ -104,6 +111,7 @@ app.command("optimize")(optimize_command)
 app.command("trials")(trials_command)
 app.command("export")(export_command)
 app.command("ui")(ui_command)
+app.command("synth")(synth_command)
 
 
 def _configure_logging(level: int) -> None:

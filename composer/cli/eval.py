@@ -14,7 +14,7 @@ from composer.metrics.matching import MatchMode
 
 if TYPE_CHECKING:
     from composer.evaluation import EvaluationReport
-    from composer.evaluation.pipeline import Judging
+    from composer.evaluation.scoring import Judging
     from composer.pipeline.config import PipelineConfig
 
 
@@ -152,7 +152,7 @@ def _judging(
     workdir: Path,
 ) -> Judging | None:
     """The judge when one is asked for or an LLM answers; a clear error when judge metrics lack an LLM."""
-    from composer.evaluation.pipeline import make_judging
+    from composer.evaluation.scoring import make_judging
     from composer.judges import GENERATION_METRICS, JUDGE_METRICS, JudgeConfig, require_llm
 
     unknown = [m for m in metrics if m not in GENERATION_METRICS]

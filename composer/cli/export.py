@@ -23,15 +23,17 @@ def export_command(
     """Export the best trial's self-contained pipeline config, its scores and provenance."""
     from rich.console import Console
 
+    from composer.study._storage import load_study
     from composer.study.experiment import locate_study
     from composer.study.export import best_trial, export_document, write_export
-    from composer.study.study import load_study
+    from composer.study.record import TrialRecord
 
     name, url, _ = locate_study(study, experiment, storage)
     loaded = load_study(name, url)
     chosen = best_trial(loaded, trial)
     write_export(export_document(loaded, chosen, url), out, fmt)
-    composite = chosen.user_attrs.get("metrics", {}).get("composite")
-    score = f" (composite {composite:.4f})" if isinstance(composite, float) else ""
+    record = TrialRecord.of(chosen)
+    composite = record.composite if record is not None else None
+    score = f" (composite {composite:.4f})" if composite is not None else ""
     Console(stderr=True).print(f"trial #{chosen.number}{score} of study {name} written to {out}",
                                highlight=False)

@@ -22,12 +22,13 @@ def optimize_command(
         None, "--storage", help="Optuna storage URL, overriding the experiment's: e.g. a PostgreSQL URL "
         "shared by several `composer optimize` workers of one study, on one machine or many.",
     ),
+    strict: bool = typer.Option(False, "--strict", help="Relevant ids missing from the corpus are an error."),
 ) -> None:
     """Search the configuration space; every trial goes to MLflow. Run it again to continue the study."""
+    from composer.redact import scrub_url
     from composer.study.experiment import load_experiment
     from composer.study.leaderboard import render_leaderboard, report_console
     from composer.study.study import run_study
-    from composer.study.tracking import scrub_url
 
     # MLflow logs its table migrations and trace flushes at INFO; the live view is the progress report.
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
@@ -35,7 +36,7 @@ def optimize_command(
     if storage is not None:
         exp = exp.model_copy(update={"storage": storage})
     err = report_console(stderr=True)
-    result = run_study(exp, n_trials=n_trials, study_name=study_name, console=err)
+    result = run_study(exp, n_trials=n_trials, study_name=study_name, console=err, strict=strict)
     errors = result.summary["errors"]
     if result.summary["n_complete"] == 0 and errors:
         raise ComposerError(f"no trial of study {result.name} completed; first error: {errors[0]}")

@@ -21,8 +21,9 @@ def ui_command(
     port: int = typer.Option(5000, "--port", min=1, max=65535),
 ) -> None:
     """Start the MLflow UI on 127.0.0.1 for the study's store and print its URL (Ctrl-C stops it)."""
+    from composer.redact import scrub_url
     from composer.study.experiment import DEFAULT_WORKDIR, default_tracking_uri, load_experiment
-    from composer.study.tracking import is_local_store, scrub_url
+    from composer.study.tracking import is_local_store
 
     exp = load_experiment(experiment) if experiment is not None else None
     workdir = exp.work_dir if exp is not None else DEFAULT_WORKDIR.resolve()

@@ -147,11 +147,14 @@ class UniqueIds:
     _lines: dict[str, int] = field(default_factory=dict)
 
     def add(self, item_id: str, where: Where) -> None:
-        first = self._lines.setdefault(item_id, where.line)
-        if first != where.line:
-            raise where.error(
-                f"duplicate {self.kind} id '{item_id}' ({self.unit}s {first} and {where.line})", field="id"
-            )
+        first = self._lines.get(item_id)
+        if first is None:
+            self._lines[item_id] = where.line
+            return
+        places = f"{self.unit}s {first} and {where.line}"
+        if first == where.line:  # objects of a one-line JSON array share their line
+            places = f"twice on {self.unit} {first}"
+        raise where.error(f"duplicate {self.kind} id '{item_id}' ({places})", field="id")
 
 
 class _Identified(Protocol):

@@ -53,7 +53,8 @@ def load_questions(source: Any, *, corpus: Corpus | None = None, strict: bool = 
 
     ``source`` is a path (.jsonl, .json, .csv, .tsv, .xlsx, .parquet), a pandas DataFrame or a list of dicts.
     With ``corpus``, relevant ids that name no document (nor a chunk of one) are reported: a warning on the
-    ``composer.data.questions`` logger, or an InputError when ``strict``.
+    ``composer.data.questions`` logger, or an InputError when ``strict`` or when none is in the corpus
+    (every retrieval metric would be 0: the question set belongs to another corpus).
     """
     records = read_source(source)
     rows = parse_rows(records, "question", "q", _question)
@@ -101,7 +102,10 @@ def _check_relevant_ids(questions: QuestionSet, lines: list[int], corpus: Corpus
     message = (
         f"{len(unknown)} of {total} relevant ids are not in the corpus {corpus.source} (e.g. {examples})"
     )
-    if strict:
+    if len(unknown) == total:
+        message = (f"none of the {total} relevant ids is in the corpus {corpus.source} (e.g. {examples}): "
+                   "is this question set for another corpus?")
+    if strict or len(unknown) == total:
         bad = set(unknown)
         pairs = zip(questions, lines, strict=True)
         first = next(line for q, line in pairs if bad.intersection(q.relevant_ids))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from composer.errors import InputError
+from composer.unicode import decode_utf8, first_invalid
 
 Row = tuple[int, dict[str, Any]]
 
@@ -75,14 +76,14 @@ def read_records(path: str | Path) -> Records:
         if p.stat().st_size == 0:
             raise InputError("file is empty", path=p)
         rows = _read_xlsx(p) if kind == "xlsx" else _read_parquet(p)
-        return _nonempty(Records(str(p), rows, tabular=True, unit="row"))
+        return checked(Records(str(p), rows, tabular=True, unit="row"))
     text = read_text(p)
     if not text.strip():
         raise InputError("file is empty", path=p)
     if kind == "csv":
         rows = _read_csv(text, p, delimiter="\t" if p.suffix.lower() == ".tsv" else None)
-        return _nonempty(Records(str(p), rows, tabular=True, unit="line"))
-    return _nonempty(Records(str(p), parse_json_rows(text, p), tabular=False, unit="line"))
+        return checked(Records(str(p), rows, tabular=True, unit="line"))
+    return checked(Records(str(p), parse_json_rows(text, p), tabular=False, unit="line"))
 
 
 def parse_json_rows(text: str, path: Path) -> list[Row]:
@@ -107,7 +108,7 @@ def memory_records(source: Any) -> Records:
         if not isinstance(item, Mapping):
             raise InputError(f"expected a dict, got {type(item).__name__}", path=name, line=number)
         rows.append((number, clean_row(item)))
-    return _nonempty(Records(name, rows, tabular=tabular, unit="row"))
+    return checked(Records(name, rows, tabular=tabular, unit="row"))
 
 
 def read_text(path: Path) -> str:
@@ -117,19 +118,6 @@ def read_text(path: Path) -> str:
     except OSError as e:
         raise InputError(f"cannot read file: {e.strerror or e}", path=path) from e
     return decode_utf8(data, path)
-
-
-def decode_utf8(data: bytes, path: str | Path) -> str:
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        bad = data[e.start : e.end].hex(" ")
-        raise InputError(
-            f"not valid UTF-8: byte(s) {bad} at byte offset {e.start}; save the file as UTF-8",
-            path=path,
-            line=line,
-        ) from e
 
 
 def clean_row(row: Mapping[Any, Any]) -> dict[str, Any]:
@@ -156,15 +144,22 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _nonempty(records: Records) -> Records:
+def checked(records: Records) -> Records:
+    """``records`` when they hold a row and valid text only (see ``composer.unicode``), located otherwise."""
     if not records.rows:
         raise InputError("no records found", path=records.source)
+    for number, row in records.rows:
+        if (found := first_invalid(row)) is not None:
+            field, problem = found
+            raise InputError(problem, path=records.source, line=number, field=field)
     return records
 
 
 def _read_jsonl(text: str, path: Path) -> list[Row]:
+    """Lines end at "\n" only (a "\r" before it is JSON whitespace): ``str.splitlines`` would also cut at
+    U+2028, U+0085 and others, which ``json.dumps(..., ensure_ascii=False)`` leaves raw inside strings."""
     rows: list[Row] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from composer.data.fields import UniqueIds, Where, as_id
-from composer.data.readers import parse_json_rows, read_text
+from composer.data.readers import Records, checked, parse_json_rows, read_text
 from composer.data.types import Hit, Run
 from composer.errors import InputError
 
@@ -39,9 +39,7 @@ def load_run(path: str | Path, *, fmt: RunFormat | None = None) -> Run:
 
 
 def _json_run(text: str, path: Path) -> Run:
-    rows = parse_json_rows(text, path)
-    if not rows:
-        raise InputError("no records found", path=path)
+    rows = checked(Records(str(path), parse_json_rows(text, path), tabular=False, unit="line")).rows
     run: Run = {}
     unique = UniqueIds("question", "line")
     for line, row in rows:

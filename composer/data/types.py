@@ -60,6 +60,7 @@ class Corpus:
 
     def __post_init__(self) -> None:
         self._by_id = {d.id: d for d in self.documents}
+        self._fingerprint: str | None = None
 
     def __len__(self) -> int:
         return len(self.documents)
@@ -74,7 +75,13 @@ class Corpus:
         return self._by_id.get(doc_id)
 
     def fingerprint(self) -> str:
-        """Content hash of ids, titles and texts: equal corpora share indexes, changed ones never do."""
+        """Content hash of ids, titles and texts: equal corpora share indexes, changed ones never do.
+        Computed once (a corpus is not changed after loading): every trial of a study asks for it."""
+        if self._fingerprint is None:
+            self._fingerprint = self._hash()
+        return self._fingerprint
+
+    def _hash(self) -> str:
         h = hashlib.sha256()
         for d in sorted(self.documents, key=lambda d: d.id):
             h.update(json.dumps([d.id, d.title, d.text], ensure_ascii=False).encode("utf-8"))
@@ -86,6 +93,9 @@ class Corpus:
 class QuestionSet:
     questions: list[Question]
     source: str = "<memory>"
+
+    def __post_init__(self) -> None:
+        self._fingerprint: str | None = None
 
     def __len__(self) -> int:
         return len(self.questions)
@@ -99,7 +109,13 @@ class QuestionSet:
 
     def fingerprint(self) -> str:
         """Content hash of every field scoring reads (metadata aside), in order: reports and studies
-        record it, so scores of an edited question set are never taken for scores of the old one."""
+        record it, so scores of an edited question set are never taken for scores of the old one.
+        Computed once (a question set is not changed after loading)."""
+        if self._fingerprint is None:
+            self._fingerprint = self._hash()
+        return self._fingerprint
+
+    def _hash(self) -> str:
         h = hashlib.sha256()
         for q in self.questions:
             h.update(

@@ -12,6 +12,7 @@ import numpy as np
 from composer.embedding.base import PrefixedEmbedder
 from composer.errors import ComposerError
 from composer.llm.faults import retry_after
+from composer.redact import scrub_url
 
 _SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET)", re.IGNORECASE)
 _MAX_BACKOFF_S = 60.0
@@ -63,7 +64,9 @@ class LiteLLMEmbedder(PrefixedEmbedder):
     def identity(self) -> str:
         # The server is part of the identity: "openai/x" served by two OpenAI-compatible hosts may be
         # two different models.
-        return f"litellm:{self._model}" + (f"@{self._api_base}" if self._api_base else "")
+        # Without its credentials: the identity is stored (in the embedding cache), and a key or password
+        # names no other server.
+        return f"litellm:{self._model}" + (f"@{scrub_url(self._api_base)}" if self._api_base else "")
 
     @property
     def dim(self) -> int:

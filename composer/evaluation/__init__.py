@@ -1,16 +1,18 @@
-"""Scoring runs and answers into reports: per-question records, means with CIs, files, terminal tables."""
+"""Scoring rankings and answers into reports: per-question results, means with CIs, files, terminal tables."""
 
-from composer.evaluation.evaluate import evaluate_run
-from composer.evaluation.pipeline import evaluate_pipeline
+from composer.evaluation.evaluate import evaluate_run, score_ranking
 from composer.evaluation.render import render_report
-from composer.evaluation.report import EvaluationReport, MetricStats, SampleRecord, StageError
+from composer.evaluation.report import EvaluationReport, MetricStats, SampleRecord, SampleTable, StageError
+from composer.evaluation.scoring import evaluate_pipeline
 
 __all__ = [
     "EvaluationReport",
     "MetricStats",
     "SampleRecord",
+    "SampleTable",
     "StageError",
     "evaluate_pipeline",
     "evaluate_run",
     "render_report",
+    "score_ranking",
 ]

@@ -1,15 +1,23 @@
-"""Score a retrieval run (and optionally answers) against a question set: the core of `composer eval`."""
+"""Score rankings (and optionally answers) against a question set: the core of `composer eval` and of every
+trial of a study.
+
+``score_ranking`` takes a ``Ranking`` (arrays over a chunk table, as the pipeline produces) and returns
+columns; ``evaluate_run`` turns any system's run (hit lists) into one first, so both go through the same
+judging and metric code.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
 
-from composer.data.types import Corpus, Hit, Question, QuestionSet, Run
+import numpy as np
+
+from composer.data.ranking import ChunkTable, Ranking, ranking_from_run
+from composer.data.types import Corpus, Question, QuestionSet, Run
 from composer.errors import InputError
-from composer.evaluation.report import EvaluationReport, SampleRecord
-from composer.metrics.matching import MatchMode, Universe, default_match_mode, judge, trec_order
+from composer.evaluation.report import EvaluationReport, SampleTable
+from composer.metrics.matching import MatchMode, Universe, default_match_mode, document_of, judge_ranking
 from composer.metrics.refusal import is_refusal
 from composer.metrics.retrieval import RETRIEVAL_METRICS, metric_key
 from composer.metrics.scorers import AnswerScorer, default_scorers
@@ -26,10 +34,8 @@ def evaluate_run(
     ks: Sequence[int] = (1, 3, 5, 10),
     match: MatchMode | None = None,
     corpus: Corpus | None = None,
-    universe: Universe | None = None,
     answers: Mapping[str, str] | None = None,
     scorers: Sequence[AnswerScorer] | None = None,
-    latency: Mapping[str, Mapping[str, float]] | None = None,
     meta: Mapping[str, object] | None = None,
 ) -> EvaluationReport:
     """Score every question of ``questions`` on the hits ``run`` retrieved for it.
@@ -40,9 +46,8 @@ def evaluate_run(
     With ``answers``, the deterministic answer scorers (or ``scorers``) grade each answer against the gold
     answers and the retrieved texts; empty answers and refusals are counted instead of scored.
     """
-    cutoffs = _check_ks(ks)
+    cutoffs = check_ks(ks)
     mode: MatchMode = match or default_match_mode(questions, corpus)
-    answer_scorers = list(scorers) if scorers is not None else default_scorers()
     known = {q.id for q in questions}
     ignored = sum(qid not in known for qid in run)
     missing = sum(q.id not in run for q in questions)
@@ -50,21 +55,11 @@ def evaluate_run(
         logger.warning("%d questions in the run are not in the question set: ignored", ignored)
     if missing:
         logger.warning("%d questions are missing from the run: scored as retrieving nothing", missing)
-
-    samples = []
-    for q in questions:
-        hits = trec_order(run.get(q.id, []))
-        full = _with_text(hits, corpus, universe)
-        record = SampleRecord(q.id, q.question, retrieved=full[: cutoffs[-1]])
-        if latency is not None and q.id in latency:
-            record.latency.update(latency[q.id])
-        _score_retrieval(record, q, hits, mode, cutoffs, corpus, universe)
-        if any(h.text for h in full):
-            record.context_tokens = context_tokens(h.text for h in full if h.text)
-        if answers is not None:
-            _score_answer(record, q, answers.get(q.id), answer_scorers)
-        samples.append(record)
-
+    items = list(questions)
+    ranking = ranking_from_run(run, [q.id for q in items], run_table(run, corpus))
+    table = score_ranking(
+        items, ranking, ks=cutoffs, mode=mode, corpus=corpus, answers=answers, scorers=scorers
+    )
     info: dict[str, object] = {
         "questions": questions.source,
         "questions_fingerprint": questions.fingerprint(),
@@ -74,77 +69,129 @@ def evaluate_run(
     if corpus is not None:
         info["corpus"] = corpus.source
     info.update(meta or {})
-    return EvaluationReport(samples, cutoffs, mode, info)
+    return EvaluationReport(table, cutoffs, mode, info)
 
 
-def context_tokens(texts: Iterable[str]) -> int:
-    """Whitespace tokens of the texts: a cheap, model-independent measure of the context retrieved.
+def run_table(run: Run, corpus: Corpus | None) -> ChunkTable:
+    """The distinct items of an external run, with their documents and texts (the hit's own text, else the
+    corpus's when the item is a document)."""
+    first: dict[str, tuple[str, str]] = {}
+    for hits in run.values():
+        for h in hits:
+            if h.id not in first or (not first[h.id][1] and h.text):
+                text = h.text
+                if text is None and corpus is not None and (doc := corpus.get(h.id)) is not None:
+                    text = doc.text
+                first[h.id] = (document_of(h, corpus, None), text or "")
+    return ChunkTable(tuple(first), tuple(d for d, _ in first.values()), tuple(t for _, t in first.values()))
 
-    Counted over every hit of the run (the trial's whole k), so it measures what a generator would read.
+
+def score_ranking(
+    questions: Sequence[Question],
+    ranking: Ranking,
+    *,
+    ks: Sequence[int],
+    mode: MatchMode,
+    corpus: Corpus | None = None,
+    universe: Universe | None = None,
+    answers: Mapping[str, str | None] | None = None,
+    contexts: Mapping[str, Sequence[str]] | None = None,
+    scorers: Sequence[AnswerScorer] | None = None,
+) -> SampleTable:
+    """Retrieval metrics at every cutoff for each row of ``ranking`` (row i is ``questions[i]``), the
+    retrieved context size, and, with ``answers``, the deterministic answer scores.
+
+    ``universe`` is the whole searched collection (answer mode counts its answer-bearing items as
+    relevant); ``contexts`` are the passages each answer was given (default: its retrieved texts).
     """
-    return sum(len(t.split()) for t in texts)
+    cutoffs = check_ks(ks)
+    n = len(questions)
+    judged = judge_ranking(questions, ranking, mode, corpus=corpus, universe=universe)
+    metrics: dict[str, np.ndarray] = {}
+    for name, fn in RETRIEVAL_METRICS.items():
+        for k in cutoffs:
+            metrics[metric_key(name, k)] = np.where(
+                judged.labelled, fn(judged.relevant, judged.n_relevant, k), np.nan
+            )
+    kept = ranking.top(cutoffs[-1])
+    table = SampleTable(
+        question_ids=tuple(q.id for q in questions),
+        questions=tuple(q.question for q in questions),
+        metrics=metrics,
+        context_tokens=_context_tokens(ranking),
+        retrieved=kept,
+        skipped={"retrieval": [None if labelled else "no_labels" for labelled in judged.labelled.tolist()]}
+        if not judged.labelled.all()
+        else {},
+    )
+    if answers is not None:
+        _score_answers(
+            table,
+            questions,
+            kept,
+            answers,
+            contexts,
+            list(scorers) if scorers is not None else default_scorers(),
+        )
+    assert len(table) == n
+    return table
 
 
-def _check_ks(ks: Sequence[int]) -> tuple[int, ...]:
+def check_ks(ks: Sequence[int]) -> tuple[int, ...]:
     cutoffs = tuple(sorted(set(ks)))
     if not cutoffs or cutoffs[0] < 1:
         raise InputError(f"cutoffs must be positive integers, got {list(ks)}", field="k")
     return cutoffs
 
 
-def _with_text(hits: list[Hit], corpus: Corpus | None, universe: Universe | None) -> list[Hit]:
-    """Missing hit texts from the universe or corpus: traces and answer scorers see what was retrieved."""
-    out = []
-    for h in hits:
-        text = h.text
-        if text is None and universe is not None and h.id in universe:
-            text = universe[h.id][1]
-        if text is None and corpus is not None and (doc := corpus.get(h.id)) is not None:
-            text = doc.text
-        out.append(h if text is h.text else replace(h, text=text))
-    return out
+def _context_tokens(ranking: Ranking) -> np.ndarray | None:
+    """Whitespace tokens of each question's retrieved texts: a cheap, model-independent measure of the
+    context retrieved, counted over the ranking's whole depth (a trial's k): what a generator would read.
+    NaN for a question none of whose items has a text, None when no item has one."""
+    words = ranking.table.word_counts
+    if (words < 0).all():
+        return None
+    per_item = np.where(ranking.items >= 0, words[np.maximum(ranking.items, 0)], -1)
+    counts = np.where(per_item >= 0, per_item, 0).sum(axis=1).astype(np.float64)
+    return np.where((per_item >= 0).any(axis=1), counts, np.nan)
 
 
-def _score_retrieval(
-    record: SampleRecord,
-    question: Question,
-    hits: list[Hit],
-    mode: MatchMode,
-    cutoffs: tuple[int, ...],
-    corpus: Corpus | None,
-    universe: Universe | None,
+def _score_answers(
+    table: SampleTable,
+    questions: Sequence[Question],
+    ranking: Ranking,
+    answers: Mapping[str, str | None],
+    contexts: Mapping[str, Sequence[str]] | None,
+    scorers: Sequence[AnswerScorer],
 ) -> None:
-    judged = judge(question, hits, mode, corpus=corpus, universe=universe)
-    if judged is None:
-        record.skipped["retrieval"] = "no_labels"
-    for name, fn in RETRIEVAL_METRICS.items():
-        for k in cutoffs:
-            value = None if judged is None else fn(judged.ranked, judged.relevant, k)
-            record.metrics[metric_key(name, k)] = value
+    """Grade each answer; a refusal counts toward the refusal rate and is not graded as a hallucination."""
+    n = len(questions)
+    columns = {name: np.full(n, np.nan) for name in (REFUSAL_RATE, *(s.name for s in scorers))}
+    skipped: dict[str, list[str | None]] = {}
+    texts: list[str | None] = []
 
+    def skip(group: str, row: int, reason: str) -> None:
+        skipped.setdefault(group, [None] * n)[row] = reason
 
-def _score_answer(
-    record: SampleRecord, question: Question, answer: str | None, scorers: Sequence[AnswerScorer]
-) -> None:
-    """Grade one answer; a refusal counts toward the refusal rate and is not graded as a hallucination."""
-    record.answer = answer
-    if answer is None or not answer.strip():
-        record.metrics[REFUSAL_RATE] = None
-        _skip_answer(record, "no_answer" if answer is None else "empty_answer", scorers)
-        return
-    refused = is_refusal(answer)
-    record.metrics[REFUSAL_RATE] = float(refused)
-    if refused:
-        _skip_answer(record, "refusal", scorers)
-        return
-    contexts = [h.text for h in record.retrieved if h.text]
-    for scorer in scorers:
-        score = scorer.score(question, answer, contexts, question.gold_answers)
-        record.metrics[scorer.name] = score.score
-        if score.score is None:
-            record.skipped[scorer.name] = score.reason
-
-
-def _skip_answer(record: SampleRecord, reason: str, scorers: Sequence[AnswerScorer]) -> None:
-    record.skipped["answer"] = reason
-    record.metrics.update({s.name: None for s in scorers})
+    for row, q in enumerate(questions):
+        answer = answers.get(q.id)
+        texts.append(answer)
+        if answer is None or not answer.strip():
+            skip("answer", row, "no_answer" if answer is None else "empty_answer")
+            continue
+        refused = is_refusal(answer)
+        columns[REFUSAL_RATE][row] = float(refused)
+        if refused:
+            skip("answer", row, "refusal")
+            continue
+        given = contexts.get(q.id) if contexts is not None else None
+        passages = list(given) if given is not None else [h.text for h in ranking.hits(row) if h.text]
+        for scorer in scorers:
+            score = scorer.score(q, answer, passages, q.gold_answers)
+            if score.score is None:
+                skip(scorer.name, row, score.reason)
+            else:
+                columns[scorer.name][row] = score.score
+    table.metrics.update(columns)
+    table.skipped.update(skipped)
+    table.answers = texts

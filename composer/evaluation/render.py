@@ -11,7 +11,7 @@ def render_report(report: EvaluationReport) -> Table:
     """A Rich table of the report's metrics; metrics without a cutoff (answer metrics) follow the grid."""
     stats = report.stats()
     table = Table(
-        title=f"{len(report.samples)} questions · match: {report.match_mode}",
+        title=f"{len(report)} questions · match: {report.match_mode}",
         caption=_caption(report),
         title_justify="left",
         caption_justify="left",

@@ -1,21 +1,32 @@
-"""Per-question records and the report built from them: means with bootstrap CIs, skip and error counts."""
+"""Per-question results and the report built from them: means with bootstrap CIs, skip and error counts.
+
+Results are kept as columns (``SampleTable``: one array per metric and per stage's latency), so a study
+aggregates 1,395 questions with a few array operations after every trial; the per-question
+``SampleRecord`` objects that files and traces show are built from the columns only when read.
+"""
 
 from __future__ import annotations
 
 import json
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
+from composer.data.ranking import NONE, Ranking
 from composer.data.types import Hit
 from composer.files import write_atomic
 from composer.metrics import stats as metric_stats
+
+Column = npt.NDArray[np.float64]
+"""One value per question; NaN where the question was not scored (or the stage did not run)."""
 
 
 @dataclass(frozen=True)
@@ -46,22 +57,206 @@ class SampleRecord:
     context_tokens: int | None = None
     reasons: dict[str, str] = field(default_factory=dict)  # why a judge gave its score, per metric
 
-    def to_trace(self) -> dict[str, Any]:
-        """The JSON-ready trace of this sample (one line of traces.jsonl)."""
+
+@dataclass
+class SampleTable:
+    """Results of a question set as columns, row i being ``question_ids[i]``.
+
+    ``retrieved`` is a Ranking (hits built on demand) or one hit list per question; ``skipped`` maps a
+    metric group to each question's skip reason (None: not skipped); ``errors`` and ``reasons`` are sparse,
+    keyed by row.
+    """
+
+    question_ids: tuple[str, ...]
+    questions: tuple[str, ...]
+    metrics: dict[str, Column] = field(default_factory=dict)
+    latency: dict[str, Column] = field(default_factory=dict)
+    context_tokens: Column | None = None
+    retrieved: Ranking | Sequence[list[Hit]] | None = None
+    answers: Sequence[str | None] | None = None
+    skipped: dict[str, list[str | None]] = field(default_factory=dict)
+    errors: dict[int, StageError] = field(default_factory=dict)
+    reasons: dict[int, dict[str, str]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.question_ids)
+
+    @classmethod
+    def from_records(cls, records: Sequence[SampleRecord]) -> SampleTable:
+        n = len(records)
+        names = list(dict.fromkeys(name for r in records for name in r.metrics))
+        stages = list(dict.fromkeys(stage for r in records for stage in r.latency))
+        groups = list(dict.fromkeys(group for r in records for group in r.skipped))
+        tokens = [r.context_tokens for r in records]
+        return cls(
+            question_ids=tuple(r.question_id for r in records),
+            questions=tuple(r.question for r in records),
+            metrics={name: _column([r.metrics.get(name) for r in records]) for name in names},
+            latency={stage: _column([r.latency.get(stage) for r in records]) for stage in stages},
+            context_tokens=_column(tokens) if any(t is not None for t in tokens) else None,
+            retrieved=[list(r.retrieved) for r in records],
+            answers=[r.answer for r in records] if n else None,
+            skipped={group: [r.skipped.get(group) for r in records] for group in groups},
+            errors={i: r.error for i, r in enumerate(records) if r.error is not None},
+            reasons={i: dict(r.reasons) for i, r in enumerate(records) if r.reasons},
+        )
+
+    def records(self) -> list[SampleRecord]:
+        """The per-question records (built now; a report keeps them once built)."""
+        names = list(self.metrics)
+        values = {name: _optional(col) for name, col in self.metrics.items()}
+        latency = {stage: col.tolist() for stage, col in self.latency.items()}
+        tokens = _optional(self.context_tokens) if self.context_tokens is not None else None
+        out = []
+        for i, (qid, question) in enumerate(zip(self.question_ids, self.questions, strict=True)):
+            out.append(
+                SampleRecord(
+                    qid,
+                    question,
+                    retrieved=self._hits(i),
+                    answer=self.answers[i] if self.answers is not None else None,
+                    metrics={name: values[name][i] for name in names},
+                    latency={stage: v[i] for stage, v in latency.items() if not math.isnan(v[i])},
+                    skipped={g: r for g, reasons in self.skipped.items() if (r := reasons[i]) is not None},
+                    error=self.errors.get(i),
+                    context_tokens=None if tokens is None or (n := tokens[i]) is None else int(n),
+                    reasons=dict(self.reasons.get(i, {})),
+                )
+            )
+        return out
+
+    def head(self, n: int) -> SampleTable:
+        """The first ``n`` questions (a pruned trial's report so far)."""
+        if n >= len(self):
+            return self
+        retrieved: Ranking | Sequence[list[Hit]] | None = self.retrieved
+        if isinstance(retrieved, Ranking):
+            retrieved = retrieved.rows(0, n)
+        elif retrieved is not None:
+            retrieved = retrieved[:n]
+        return SampleTable(
+            self.question_ids[:n],
+            self.questions[:n],
+            metrics={name: col[:n] for name, col in self.metrics.items()},
+            latency={stage: col[:n] for stage, col in self.latency.items()},
+            context_tokens=None if self.context_tokens is None else self.context_tokens[:n],
+            retrieved=retrieved,
+            answers=None if self.answers is None else self.answers[:n],
+            skipped={
+                g: reasons[:n]
+                for g, reasons in self.skipped.items()
+                if any(r is not None for r in reasons[:n])
+            },
+            errors={i: e for i, e in self.errors.items() if i < n},
+            reasons={i: r for i, r in self.reasons.items() if i < n},
+        )
+
+    def _hits(self, row: int) -> list[Hit]:
+        if self.retrieved is None:
+            return []
+        if isinstance(self.retrieved, Ranking):
+            return self.retrieved.hits(row)
+        return list(self.retrieved[row])
+
+    def retrieved_json(self, *, texts: bool, ids_only: bool = False) -> list[str]:
+        """Each question's hits as a JSON list (``[{"id", "score", "doc_id", "text"}, ...]``, or just the
+        ids), built from the ranking's columns: a study writes 1,395 of them per trial, and one JSON
+        encoding per item of the collection serves them all."""
+        n = len(self)
+        if self.retrieved is None:
+            return ["[]"] * n
+        if not isinstance(self.retrieved, Ranking):
+            return [_dumps([_hit_dict(h, texts, ids_only) for h in hits], indent=None)
+                    for hits in self.retrieved]
+        table = self.retrieved.table
+        ids = _json_strings(table.ids)
+        if ids_only:
+            parts = [[ids[i] for i in row if i != NONE] for row in self.retrieved.items.tolist()]
+            return ["[" + ", ".join(row) + "]" for row in parts]
+        docs = _json_strings(table.doc_ids)
+        text = _json_strings([t or None for t in table.texts]) if texts else None
+        out = []
+        for items, scores in zip(self.retrieved.items.tolist(), self.retrieved.scores, strict=True):
+            hits = [
+                f'{{"id": {ids[i]}, "score": {s}, "doc_id": {docs[i]}'
+                + (f', "text": {text[i]}}}' if text is not None else "}")
+                for i, s in zip(items, _json_floats(scores), strict=True)
+                if i != NONE
+            ]
+            out.append("[" + ", ".join(hits) + "]")
+        return out
+
+    def trace_lines(self, *, texts: bool = True) -> list[str]:
+        """traces.jsonl, one JSON line per question; ``texts=False`` leaves the retrieved texts out (a
+        study logs each index's chunk texts once, not in every trial)."""
+        metrics = _json_objects(self.metrics, len(self), keep_nan=True)
+        latency = _json_objects(self.latency, len(self), keep_nan=False)
+        tokens = _optional(self.context_tokens) if self.context_tokens is not None else None
+        retrieved = self.retrieved_json(texts=texts)
+        ids, questions = _json_strings(self.question_ids), _json_strings(self.questions)
+        answers = _json_strings(self.answers) if self.answers is not None else ["null"] * len(self)
+        groups = [(json.dumps(g, ensure_ascii=False) + ": ", reasons) for g, reasons in self.skipped.items()]
+        said: dict[str, str] = {}  # skip reasons are a few strings, each encoded once
+        lines = []
+        for i in range(len(self)):
+            skipped = ", ".join(
+                key + (said.get(r) or said.setdefault(r, json.dumps(r, ensure_ascii=False)))
+                for key, reasons in groups
+                if (r := reasons[i]) is not None
+            )
+            error = "null" if (e := self.errors.get(i)) is None else _dumps(vars(e), indent=None)
+            count = None if tokens is None else tokens[i]
+            lines.append(
+                f'{{"question_id": {ids[i]}, "question": {questions[i]}, "retrieved": {retrieved[i]}, '
+                f'"answer": {answers[i]}, "metrics": {metrics[i]}, "latency": {latency[i]}, '
+                f'"skipped": {{{skipped}}}, "error": {error}, '
+                f'"context_tokens": {"null" if count is None else int(count)}, '
+                f'"reasons": {_dumps(self.reasons.get(i, {}), indent=None)}}}\n'
+            )
+        return lines
+
+
+def concat_tables(tables: Sequence[SampleTable]) -> SampleTable:
+    """Batches one after another, as one table: a metric or stage a batch lacks is NaN there."""
+    if len(tables) == 1:
+        return tables[0]
+    sizes = [len(t) for t in tables]
+    offsets = np.cumsum([0, *sizes[:-1]]).tolist()
+
+    def stacked(columns: Iterable[Mapping[str, Column]]) -> dict[str, Column]:
+        parts = list(columns)
+        names = list(dict.fromkeys(name for part in parts for name in part))
         return {
-            "question_id": self.question_id,
-            "question": self.question,
-            "retrieved": [
-                {"id": h.id, "score": h.score, "doc_id": h.doc_id, "text": h.text} for h in self.retrieved
-            ],
-            "answer": self.answer,
-            "metrics": self.metrics,
-            "latency": self.latency,
-            "skipped": self.skipped,
-            "error": None if self.error is None else vars(self.error),
-            "context_tokens": self.context_tokens,
-            "reasons": self.reasons,
+            name: np.concatenate([p.get(name, np.full(n, np.nan)) for p, n in zip(parts, sizes, strict=True)])
+            for name in names
         }
+
+    groups = list(dict.fromkeys(g for t in tables for g in t.skipped))
+    has_tokens = any(t.context_tokens is not None for t in tables)
+    return SampleTable(
+        question_ids=tuple(q for t in tables for q in t.question_ids),
+        questions=tuple(q for t in tables for q in t.questions),
+        metrics=stacked(t.metrics for t in tables),
+        latency=stacked(t.latency for t in tables),
+        context_tokens=np.concatenate(
+            [t.context_tokens if t.context_tokens is not None else np.full(len(t), np.nan) for t in tables]
+        )
+        if has_tokens
+        else None,
+        retrieved=[t._hits(i) for t in tables for i in range(len(t))],
+        answers=[t.answers[i] if t.answers is not None else None for t in tables for i in range(len(t))],
+        skipped={g: [r for t in tables for r in t.skipped.get(g, [None] * len(t))] for g in groups},
+        errors={off + i: e for t, off in zip(tables, offsets, strict=True) for i, e in t.errors.items()},
+        reasons={off + i: r for t, off in zip(tables, offsets, strict=True) for i, r in t.reasons.items()},
+    )
+
+
+def _column(values: Sequence[float | int | None]) -> Column:
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+
+
+def _optional(column: Column) -> list[float | None]:
+    return [None if math.isnan(v) else v for v in column.tolist()]
 
 
 @dataclass(frozen=True)
@@ -76,97 +271,119 @@ class MetricStats:
 
 
 class EvaluationReport:
-    """The result of scoring a question set: per-sample records plus aggregate views of them.
+    """The result of scoring a question set: per-question results plus aggregate views of them.
 
-    A snapshot: the samples are fixed at construction, so statistics are bootstrapped once and reused.
+    A snapshot: built from ``SampleRecord`` objects or, by scoring code, from a ``SampleTable``;
+    statistics are bootstrapped once and reused.
     """
 
     def __init__(
         self,
-        samples: Sequence[SampleRecord],
+        samples: Sequence[SampleRecord] | SampleTable,
         ks: Sequence[int],
         match_mode: str,
         meta: Mapping[str, Any] | None = None,
     ) -> None:
-        self.samples = tuple(samples)
+        if isinstance(samples, SampleTable):
+            self.table = samples
+        else:
+            self.table = SampleTable.from_records(samples)
+            self.__dict__["samples"] = tuple(samples)
         self.ks = tuple(ks)
         self.match_mode = match_mode
         self.meta = dict(meta or {})
         clash = set(self.meta) & _SUMMARY_KEYS
         if clash:
             raise ValueError(f"meta keys clash with summary keys: {sorted(clash)}")
-        self._stats: dict[str, MetricStats] | None = None
-        self._means: dict[str, float] | None = None
+
+    def with_meta(self, meta: Mapping[str, Any]) -> EvaluationReport:
+        """The same results with more meta (the index, the pipeline, the LLM section)."""
+        return EvaluationReport(self.table, self.ks, self.match_mode, {**self.meta, **meta})
+
+    @cached_property
+    def samples(self) -> tuple[SampleRecord, ...]:
+        return tuple(self.table.records())
+
+    def __len__(self) -> int:
+        return len(self.table)
 
     @property
     def metric_names(self) -> list[str]:
-        """Metric names in first-seen order (retrieval metrics by k first, as evaluate_run records them)."""
-        names: dict[str, None] = {}
-        for s in self.samples:
-            for name in s.metrics:
-                names.setdefault(name, None)
-        return list(names)
+        """Metric names in first-seen order (retrieval metrics by k first, as scoring records them)."""
+        return list(self.table.metrics)
 
-    def values(self, name: str) -> np.ndarray:
-        """The scored (non-None) values of one metric, in sample order."""
-        return np.array([v for s in self.samples if (v := s.metrics.get(name)) is not None], dtype=np.float64)
+    def values(self, name: str) -> npt.NDArray[np.float64]:
+        """The scored (non-NaN) values of one metric, in question order."""
+        column = self.table.metrics.get(name)
+        if column is None:
+            return np.zeros(0)
+        return column[~np.isnan(column)]
+
+    @cached_property
+    def _means(self) -> dict[str, float]:
+        return {
+            name: metric_stats.mean(vals) for name in self.metric_names if (vals := self.values(name)).size
+        }
 
     def means(self) -> dict[str, float]:
-        """Per metric, the mean over the samples that scored it: what an objective reads after every
-        batch, without the bootstrap that ``stats`` pays for its intervals."""
-        if self._means is None:
-            self._means = {name: metric_stats.mean(vals) for name in self.metric_names
-                           if (vals := self.values(name)).size}
-        return self._means
+        """Per metric, the mean over the questions that scored it: what an objective reads, without the
+        bootstrap that ``stats`` pays for its intervals."""
+        return dict(self._means)
+
+    @cached_property
+    def _stats(self) -> dict[str, MetricStats]:
+        out: dict[str, MetricStats] = {}
+        for name in self.metric_names:
+            vals = self.values(name)
+            if vals.size == 0:
+                continue
+            low, high = metric_stats.bootstrap_ci(vals)
+            out[name] = MetricStats(
+                metric_stats.mean(vals), metric_stats.std(vals), low, high, int(vals.size)
+            )
+        return out
 
     def stats(self) -> dict[str, MetricStats]:
-        """Per metric: mean, sample std, 95% bootstrap CI and the number of samples scored."""
-        if self._stats is None:
-            out: dict[str, MetricStats] = {}
-            for name in self.metric_names:
-                vals = self.values(name)
-                if vals.size == 0:
-                    continue
-                low, high = metric_stats.bootstrap_ci(vals)
-                out[name] = MetricStats(
-                    metric_stats.mean(vals), metric_stats.std(vals), low, high, int(vals.size)
-                )
-            self._stats = out
-        return self._stats
+        """Per metric: mean, sample std, 95% bootstrap CI and the number of questions scored."""
+        return dict(self._stats)
 
     def skip_counts(self) -> dict[str, int]:
-        """How many samples skipped some metric group, by reason (no_labels, empty_answer, refusal...)."""
-        return dict(Counter(reason for s in self.samples for reason in s.skipped.values()))
+        """How many questions skipped some metric group, by reason (no_labels, empty_answer, refusal...)."""
+        return dict(Counter(r for reasons in self.table.skipped.values() for r in reasons if r is not None))
 
     def error_counts(self) -> dict[str, dict[str, int]]:
         """Errors per stage and kind, e.g. ``{"generation": {"TimeoutError": 2}}``."""
         out: dict[str, dict[str, int]] = {}
-        for s in self.samples:
-            if s.error is not None:
-                by_kind = out.setdefault(s.error.stage, {})
-                by_kind[s.error.kind] = by_kind.get(s.error.kind, 0) + 1
+        for error in self.table.errors.values():
+            by_kind = out.setdefault(error.stage, {})
+            by_kind[error.kind] = by_kind.get(error.kind, 0) + 1
         return out
 
     def latency_ms(self) -> dict[str, dict[str, float]]:
         """Per stage: mean, median and 95th percentile latency in milliseconds."""
-        by_stage: dict[str, list[float]] = {}
-        for s in self.samples:
-            for stage, seconds in s.latency.items():
-                by_stage.setdefault(stage, []).append(seconds * 1000.0)
-        return {
-            stage: {
-                "mean": float(np.mean(ms)),
-                "p50": float(np.percentile(ms, 50)),
-                "p95": float(np.percentile(ms, 95)),
-            }
-            for stage, ms in by_stage.items()
-        }
+        out: dict[str, dict[str, float]] = {}
+        for stage, column in self.table.latency.items():
+            ms = column[~np.isnan(column)] * 1000.0
+            if ms.size:
+                out[stage] = {
+                    "mean": float(ms.mean()),
+                    "p50": float(np.percentile(ms, 50)),
+                    "p95": float(np.percentile(ms, 95)),
+                }
+        return out
+
+    def mean_context_tokens(self) -> float:
+        """Mean whitespace tokens of the retrieved texts per question (0 when none had text)."""
+        tokens = self.table.context_tokens
+        if tokens is None or np.isnan(tokens).all():
+            return 0.0
+        return float(np.nanmean(tokens))
 
     def summary(self) -> dict[str, Any]:
         """The report as one JSON-ready dict; metric keys keep their "@" (``recall@10``)."""
         stats = self.stats()
         core: dict[str, Any] = {
-            "n_questions": len(self.samples),
+            "n_questions": len(self),
             "match": self.match_mode,
             "ks": list(self.ks),
             "metrics": {name: st.mean for name, st in stats.items()},
@@ -184,58 +401,62 @@ class EvaluationReport:
         return _dumps(self.summary())
 
     def error_rates(self) -> dict[str, Any]:
-        """Counts and rates over all samples: errors by stage and kind, skips by group and reason, and
+        """Counts and rates over all questions: errors by stage and kind, skips by group and reason, and
         the LLM calls' failures by kind when the run used an LLM (``meta["llm"]["error_rates"]``)."""
-        n = len(self.samples)
+        n = len(self)
 
         def rate(count: int) -> dict[str, float | int]:
             return {"count": count, "rate": count / n if n else 0.0}
 
         skipped: dict[str, dict[str, dict[str, float | int]]] = {}
-        for (group, reason), count in Counter(
-            item for s in self.samples for item in s.skipped.items()
-        ).items():
-            skipped.setdefault(group, {})[reason] = rate(count)
+        for group, reasons in self.table.skipped.items():
+            for reason, count in Counter(r for r in reasons if r is not None).items():
+                skipped.setdefault(group, {})[reason] = rate(count)
         errors = {
             stage: {kind: rate(count) for kind, count in kinds.items()}
             for stage, kinds in self.error_counts().items()
         }
-        n_failed = sum(s.error is not None for s in self.samples)
-        out: dict[str, Any] = {"n_samples": n, "failed": rate(n_failed), "errors": errors, "skipped": skipped}
+        out: dict[str, Any] = {
+            "n_samples": n,
+            "failed": rate(len(self.table.errors)),
+            "errors": errors,
+            "skipped": dict(sorted(skipped.items())),
+        }
         llm = self.meta.get("llm")
         if isinstance(llm, Mapping) and "error_rates" in llm:
             out["llm"] = llm["error_rates"]
         return out
 
     def to_dataframe(self) -> pd.DataFrame:
-        """One row per sample: ids, answer, every metric, latency per stage, skip reasons and error."""
-        names = self.metric_names  # once: it scans every sample
-        rows = []
-        for s in self.samples:
-            row: dict[str, Any] = {
-                "question_id": s.question_id,
-                "question": s.question,
-                "retrieved_ids": json.dumps([h.id for h in s.retrieved], ensure_ascii=False),
-                "answer": s.answer,
-                "context_tokens": s.context_tokens,
-            }
-            row.update({name: s.metrics.get(name) for name in names})
-            row.update({f"latency_{stage}_s": sec for stage, sec in s.latency.items()})
-            row.update({f"skipped_{group}": reason for group, reason in s.skipped.items()})
-            row["error"] = None if s.error is None else f"{s.error.stage}: {s.error.kind}: {s.error.message}"
-            rows.append(row)
-        return pd.DataFrame(rows)
+        """One row per question: ids, answer, every metric, latency per stage, skip reasons and error."""
+        t = self.table
+        n = len(t)
+        tokens = _optional(t.context_tokens) if t.context_tokens is not None else [None] * n
+        columns: dict[str, Any] = {
+            "question_id": list(t.question_ids),
+            "question": list(t.questions),
+            "retrieved_ids": t.retrieved_json(texts=False, ids_only=True),
+            "answer": list(t.answers) if t.answers is not None else [None] * n,
+            "context_tokens": [None if v is None else int(v) for v in tokens],
+        }
+        columns.update({name: _optional(col) for name, col in t.metrics.items()})
+        columns.update(
+            {f"latency_{stage}_s": col for stage, col in t.latency.items() if not np.isnan(col).all()}
+        )
+        columns.update({f"skipped_{group}": reasons for group, reasons in t.skipped.items()})
+        columns["error"] = [
+            None if (e := t.errors.get(i)) is None else f"{e.stage}: {e.kind}: {e.message}" for i in range(n)
+        ]
+        return pd.DataFrame(columns)
 
-    def save(self, directory: str | Path) -> Path:
-        """Write summary.json, samples.csv, traces.jsonl and error_rates.json, each whole or not at all."""
+    def save(self, directory: str | Path, *, texts: bool = True) -> Path:
+        """Write summary.json, samples.csv, traces.jsonl and error_rates.json, each whole or not at all;
+        ``texts=False`` keeps retrieved texts out of traces.jsonl (see ``SampleRecord.to_trace``)."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         write_atomic(out / "summary.json", self.summary_json() + "\n")
         write_atomic(out / "samples.csv", self.to_dataframe().to_csv(index=False))
-        write_atomic(
-            out / "traces.jsonl",
-            "".join(_dumps(s.to_trace(), indent=None) + "\n" for s in self.samples),
-        )
+        write_atomic(out / "traces.jsonl", "".join(self.table.trace_lines(texts=texts)))
         write_atomic(out / "error_rates.json", _dumps(self.error_rates()) + "\n")
         return out
 
@@ -246,8 +467,43 @@ _SUMMARY_KEYS = frozenset(
 
 
 def _dumps(obj: Any, indent: int | None = 2) -> str:
-    """Strict JSON (NaN would make the file unreadable to most parsers), Arabic kept readable."""
-    return json.dumps(_finite(obj), ensure_ascii=False, indent=indent, allow_nan=False)
+    """Strict JSON (NaN would make the file unreadable to most parsers), Arabic kept readable. Most objects
+    hold no NaN: they are dumped as they are, and only the others walked for it."""
+    try:
+        return json.dumps(obj, ensure_ascii=False, indent=indent, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(obj), ensure_ascii=False, indent=indent, allow_nan=False)
+
+
+def _json_objects(columns: Mapping[str, Column], n: int, *, keep_nan: bool) -> list[str]:
+    """Row i of ``columns`` as a JSON object ``{"name": value, ...}``, written column by column: NaN is
+    ``null`` with ``keep_nan``, else the key is left out of that row."""
+    keys = [json.dumps(name, ensure_ascii=False) + ": " for name in columns]
+    pairs = list(zip(keys, [_json_floats(col) for col in columns.values()], strict=True))
+    return [
+        "{" + ", ".join(k + col[i] for k, col in pairs if keep_nan or col[i] != "null") + "}"
+        for i in range(n)
+    ]
+
+
+def _json_strings(values: Sequence[str | None]) -> list[str]:
+    return [json.dumps(v, ensure_ascii=False) for v in values]
+
+
+_NOT_FINITE = {"NaN": "null", "Infinity": "null", "-Infinity": "null"}
+
+
+def _json_floats(column: Column) -> list[str]:
+    """Each value as JSON writes it, ``null`` where not finite: one C-level encoding per column."""
+    if not len(column):
+        return []
+    return [_NOT_FINITE.get(v, v) for v in json.dumps(column.tolist())[1:-1].split(", ")]
+
+
+def _hit_dict(hit: Hit, texts: bool, ids_only: bool) -> Any:
+    if ids_only:
+        return hit.id
+    return {"id": hit.id, "score": hit.score, "doc_id": hit.doc_id, **({"text": hit.text} if texts else {})}
 
 
 def _finite(obj: Any) -> Any:

@@ -1,4 +1,4 @@
-"""Generation-side prompts in Arabic, Persian and English: answering, query expansion, LLM reranking.
+"""Answer prompts in Arabic, Persian and English: the grounded and concise templates and the refusals.
 
 The answer templates demand grounding in the numbered passages and a fixed refusal sentence when they do
 not hold the answer; each refusal is one that ``composer.metrics.is_refusal`` recognises, so refusals are
@@ -75,79 +75,3 @@ ANSWER_TEMPLATES: dict[str, Localized] = {
     "concise": _answer_templates(_CONCISE),
 }
 """Answer prompt templates by name: a search-space dimension (``generation.template``)."""
-
-MULTI_QUERY: Localized = {
-    "ar": PromptTemplate(
-        "اكتب $n صيغًا مختلفة للسؤال يمكن أن تسترجع من محرك بحث المقاطع التي تجيب عنه، "
-        'بنفس لغة السؤال ومعناه. أجب بكائن JSON فقط: {"queries": ["...", "..."]}',
-        "السؤال: $question",
-    ),
-    "fa": PromptTemplate(
-        "$n بازنویسی متفاوت از پرسش بنویس که بتواند از یک موتور جست‌وجو بخش‌های پاسخ‌دهنده را بیابد؛ "
-        'به همان زبان و با همان معنا. فقط با یک شیء JSON پاسخ بده: {"queries": ["...", "..."]}',
-        "پرسش: $question",
-    ),
-    "en": PromptTemplate(
-        "Write $n different rephrasings of the question that would retrieve the passages answering it from a "
-        'search engine, in the question\'s language and with its meaning. Reply with JSON only: {"queries": '
-        '["...", "..."]}',
-        "Question: $question",
-    ),
-}
-
-HYDE: Localized = {
-    "ar": PromptTemplate(
-        "اكتب فقرة قصيرة (من جملتين إلى أربع جمل) بأسلوب الموسوعة تجيب عن السؤال باللغة العربية. "
-        "تُستخدم الفقرة للبحث فقط، فلا بأس بالتفاصيل المعقولة. اكتب الفقرة وحدها.",
-        "السؤال: $question",
-    ),
-    "fa": PromptTemplate(
-        "یک بند کوتاه (دو تا چهار جمله) به سبک دانشنامه بنویس که به پرسش به فارسی پاسخ دهد. "
-        "این بند فقط برای جست‌وجو به کار می‌رود، پس جزئیات محتمل اشکالی ندارد. فقط خود بند را بنویس.",
-        "پرسش: $question",
-    ),
-    "en": PromptTemplate(
-        "Write a short encyclopedia-style passage (two to four sentences) that answers the question, in the "
-        "question's language. It is used only for search, so plausible details are fine. Write the passage "
-        "only.",
-        "Question: $question",
-    ),
-}
-
-RERANK_POINTWISE: Localized = {
-    "ar": PromptTemplate(
-        "قيّم مدى فائدة المقطع للإجابة عن السؤال: 0 غير ذي صلة، 1 ذو صلة لكنه لا يجيب، 2 يجيب جزئيًا، "
-        '3 يجيب تمامًا. أجب بكائن JSON فقط: {"score": n}',
-        "السؤال: $question\n\nالمقطع:\n$passage",
-    ),
-    "fa": PromptTemplate(
-        "میزان سودمندی بخش را برای پاسخ به پرسش ارزیابی کن: 0 نامرتبط، 1 مرتبط ولی بدون پاسخ، 2 پاسخ جزئی، "
-        '3 پاسخ کامل. فقط با یک شیء JSON پاسخ بده: {"score": n}',
-        "پرسش: $question\n\nبخش:\n$passage",
-    ),
-    "en": PromptTemplate(
-        "Rate how useful the passage is to answer the question: 0 irrelevant, 1 related but no answer, "
-        '2 partly answers, 3 fully answers. Reply with JSON only: {"score": n}',
-        "Question: $question\n\nPassage:\n$passage",
-    ),
-}
-
-RERANK_LISTWISE: Localized = {
-    "ar": PromptTemplate(
-        "رتّب المقاطع المرقّمة من الأكثر فائدة إلى الأقل فائدة للإجابة عن السؤال، واذكر رقم كل مقطع مرة "
-        "واحدة. "
-        'أجب بكائن JSON فقط: {"ranking": [3, 1, 2]}',
-        "السؤال: $question\n\nالمقاطع:\n$passages",
-    ),
-    "fa": PromptTemplate(
-        "بخش‌های شماره‌دار را از سودمندترین تا کم‌سودترین برای پاسخ به پرسش مرتب کن و شماره هر بخش را یک "
-        "بار بیاور. "
-        'فقط با یک شیء JSON پاسخ بده: {"ranking": [3, 1, 2]}',
-        "پرسش: $question\n\nبخش‌ها:\n$passages",
-    ),
-    "en": PromptTemplate(
-        "Rank the numbered passages from most to least useful to answer the question, naming each passage "
-        'number once. Reply with JSON only: {"ranking": [3, 1, 2]}',
-        "Question: $question\n\nPassages:\n$passages",
-    ),
-}

@@ -3,7 +3,9 @@
 A collection holds, per chunk, a named dense vector ``"dense"`` (cosine; absent for BM25-only indexes), a
 sparse vector ``"bm25"`` with Qdrant's IDF modifier (see ``composer.index.bm25``) and the payload
 ``chunk_id, doc_id, text, start, end``. Building is ``create`` → ``upsert``… → ``finish``; only a finished
-collection ``exists``, so a build that crashed half-way is rebuilt rather than reused.
+collection ``exists``, so a build that crashed half-way is rebuilt rather than reused. A finished collection
+whose files no longer read back as built raises ``IndexDamaged`` (``composer.pipeline.indexing`` then
+rebuilds it).
 """
 
 from __future__ import annotations
@@ -14,13 +16,21 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from composer.data.types import Hit
 from composer.errors import ComposerError
 from composer.index.bm25 import SparseVector
 
 
 class IndexBuildLost(ComposerError):
     """A collection being built was dropped or rebuilt by another worker before this build finished."""
+
+
+class IndexDamaged(ComposerError):
+    """A finished collection that does not read back as it was built: ``where`` it is, and ``reason``."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        self.where = where
+        self.reason = reason
+        super().__init__(f"index {where} is unusable: {reason}")
 
 
 DENSE = "dense"
@@ -34,6 +44,9 @@ _POINT_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "composer/index/point")
 T = TypeVar("T")
 Point = tuple[str, dict[str, Any], dict[str, Any]]
 """(point id, vectors by name, payload): what both bindings build their point type from."""
+Found = list[tuple[str, float]]
+"""One query's result: (point id, score) best first. No payload is read back: a search's chunks are
+known to the caller by point id (``point_id``), which keeps Qdrant's per-query cost to the search itself."""
 
 
 class ChunkLike(Protocol):
@@ -54,6 +67,11 @@ class ChunkLike(Protocol):
 @runtime_checkable
 class VectorIndex(Protocol):
     """A place to keep and search collections; ``EdgeBackend`` and ``ClientBackend`` implement it."""
+
+    local: bool
+    """Whether its collections belong to one work dir (Edge, ``:memory:``), so were built from its embedding
+    cache alone; a server's are shared by workers whose caches were filled apart, on machines that may
+    encode one text to other last bits."""
 
     def exists(self, name: str) -> bool:
         """True only for a collection whose build finished."""
@@ -85,9 +103,21 @@ class VectorIndex(Protocol):
         """The metadata given to ``create`` (BM25 stats, config, ...), as persisted."""
         ...
 
-    def search_dense(self, name: str, queries: np.ndarray, k: int) -> list[list[Hit]]: ...
+    def where(self, name: str) -> str:
+        """Where collection ``name`` lives, for messages: its directory, or its name and server."""
+        ...
 
-    def search_bm25(self, name: str, queries: Sequence[SparseVector], k: int) -> list[list[Hit]]: ...
+    def scan(
+        self, name: str, dense: np.ndarray | None, sparse: SparseVector
+    ) -> tuple[Found | None, Found]:
+        """Every point's score for one dense query (None: no dense search) and one sparse query, searched
+        exhaustively (a sparse search finds the points sharing a term with the query): how a collection is
+        checked against the vectors it was built from before it is reused."""
+        ...
+
+    def search_dense(self, name: str, queries: np.ndarray, k: int) -> list[Found]: ...
+
+    def search_bm25(self, name: str, queries: Sequence[SparseVector], k: int) -> list[Found]: ...
 
     def search_hybrid(
         self,
@@ -99,8 +129,9 @@ class VectorIndex(Protocol):
         fusion: Fusion = "rrf",
         prefetch: int = 50,
         rrf_k: int = 60,
-    ) -> list[list[Hit]]:
-        """Top ``prefetch`` of each branch, fused by Qdrant (RRF or DBSF) into the top ``k``."""
+    ) -> list[Found]:
+        """Top ``prefetch`` of each branch, fused by Qdrant (RRF or DBSF) into the top ``k``: the reference
+        that ``composer.retrieval.fusion`` is tested against (trials fuse cached branch lists themselves)."""
         ...
 
     def close(self) -> None: ...
@@ -119,11 +150,6 @@ def payload(chunk: ChunkLike) -> dict[str, Any]:
         "start": chunk.start,
         "end": chunk.end,
     }
-
-
-def to_hit(payload: dict[str, Any] | None, score: float) -> Hit:
-    p = payload or {}
-    return Hit(id=str(p["chunk_id"]), score=float(score), text=p.get("text"), doc_id=p.get("doc_id"))
 
 
 def batched(items: list[T], size: int) -> Iterator[list[T]]:

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from composer.data.types import Hit
 from composer.errors import ComposerError
 from composer.index.base import (
     DENSE,
     QUERY_BATCH,
     SPARSE,
     ChunkLike,
+    Found,
     Fusion,
     IndexBuildLost,
     batched,
@@ -33,7 +33,6 @@ from composer.index.base import (
     point_batches,
     query_rows,
     require_dense,
-    to_hit,
 )
 from composer.index.bm25 import SparseVector
 
@@ -50,6 +49,7 @@ class ClientBackend:
         from qdrant_client import QdrantClient
 
         self.location = location
+        self.local = location == ":memory:"
         if location == ":memory:":
             self.client: QdrantClient = QdrantClient(location=":memory:")
         else:
@@ -110,25 +110,45 @@ class ClientBackend:
             raise ComposerError(f"no index {name!r} at {self.location}")
         return dict(state["meta"])
 
-    def search_dense(self, name: str, queries: np.ndarray, k: int) -> list[list[Hit]]:
+    def where(self, name: str) -> str:
+        return f"{name!r} at {self.location}"
+
+    def scan(
+        self, name: str, dense: np.ndarray | None, sparse: SparseVector
+    ) -> tuple[Found | None, Found]:
+        from qdrant_client import models
+
+        limit = max(self.count(name), 1)
+        exact = None if self.location == ":memory:" else models.SearchParams(exact=True)  # local: always
+
+        def every(query: Any, using: str) -> Found:
+            response = self.client.query_points(
+                name, query=query, using=using, limit=limit, with_payload=False, search_params=exact
+            )
+            return [(str(p.id), float(p.score)) for p in response.points]
+
+        found = None if dense is None else every(query_rows(dense[None])[0], DENSE)
+        return found, every(_sparse(sparse), SPARSE)
+
+    def search_dense(self, name: str, queries: np.ndarray, k: int) -> list[Found]:
         from qdrant_client import models
 
         require_dense(name, self._state(name))
         return self._run(
             name,
             [
-                models.QueryRequest(query=q, using=DENSE, limit=k, with_payload=True)
+                models.QueryRequest(query=q, using=DENSE, limit=k)
                 for q in query_rows(queries)
             ],
         )
 
-    def search_bm25(self, name: str, queries: Sequence[SparseVector], k: int) -> list[list[Hit]]:
+    def search_bm25(self, name: str, queries: Sequence[SparseVector], k: int) -> list[Found]:
         from qdrant_client import models
 
         return self._run(
             name,
             [
-                models.QueryRequest(query=_sparse(q), using=SPARSE, limit=k, with_payload=True)
+                models.QueryRequest(query=_sparse(q), using=SPARSE, limit=k)
                 for q in queries
             ],
         )
@@ -143,7 +163,7 @@ class ClientBackend:
         fusion: Fusion = "rrf",
         prefetch: int = 50,
         rrf_k: int = 60,
-    ) -> list[list[Hit]]:
+    ) -> list[Found]:
         from qdrant_client import models
 
         require_dense(name, self._state(name))
@@ -162,7 +182,6 @@ class ClientBackend:
                 ],
                 query=fuse,
                 limit=k,
-                with_payload=True,
             )
             for d, s in pairs
         ]
@@ -171,11 +190,11 @@ class ClientBackend:
     def close(self) -> None:
         self.client.close()
 
-    def _run(self, name: str, requests: list[Any]) -> list[list[Hit]]:
-        out: list[list[Hit]] = []
+    def _run(self, name: str, requests: list[Any]) -> list[Found]:
+        out: list[Found] = []
         for batch in batched(requests, QUERY_BATCH):
             for response in self.client.query_batch_points(name, batch):
-                out.append([to_hit(p.payload, p.score) for p in response.points])
+                out.append([(str(p.id), float(p.score)) for p in response.points])
         return out
 
     def _state(self, name: str) -> dict[str, Any] | None:

@@ -2,7 +2,9 @@
 
 Layout under ``root``: ``<name>/shard/`` (the EdgeShard) and ``<name>/meta.json`` beside it, written
 atomically: ``{"dim", "complete", "meta"}``. ``complete`` turns true only in ``finish``, after every upsert,
-so a crash mid-build leaves an index that ``exists`` refuses and ``create`` rebuilds.
+so a crash mid-build leaves an index that ``exists`` refuses and ``create`` rebuilds. A finished index whose
+``meta.json`` does not parse, whose shard is gone or whose files the engine cannot read raises
+``IndexDamaged``.
 
 Several processes on one workdir (workers of one study, an eval beside a study): Edge is an embedded,
 single-process engine. A shard's WAL admits one opener, and even a read-only open writes to the shard's
@@ -21,13 +23,13 @@ import os
 import secrets
 import shutil
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from composer.data.types import Hit
 from composer.errors import ComposerError
 from composer.files import write_atomic
 from composer.index.base import (
@@ -35,14 +37,15 @@ from composer.index.base import (
     QUERY_BATCH,
     SPARSE,
     ChunkLike,
+    Found,
     Fusion,
     IndexBuildLost,
+    IndexDamaged,
     batched,
     hybrid_queries,
     point_batches,
     query_rows,
     require_dense,
-    to_hit,
 )
 from composer.index.bm25 import SparseVector
 from composer.locks import FileLock
@@ -69,13 +72,15 @@ _WORKERS: dict[Path, tuple[Path, FileLock]] = {}  # root -> this process's priva
 class EdgeBackend:
     """Collections as Qdrant Edge shards under ``root`` (``<workdir>/qdrant``)."""
 
+    local = True
+
     def __init__(self, root: str | Path, *, optimize_min_points: int = OPTIMIZE_MIN_POINTS) -> None:
         self.root = Path(root).resolve()
         self.optimize_min_points = optimize_min_points
 
     def exists(self, name: str) -> bool:
         state = self._state(name)
-        return bool(state and state["complete"] and self._shard_path(name).is_dir())
+        return bool(state and state["complete"])
 
     def create(self, name: str, dim: int | None, meta: dict[str, Any]) -> None:
         import qdrant_edge as qe
@@ -127,7 +132,8 @@ class EdgeBackend:
     def count(self, name: str) -> int:
         import qdrant_edge as qe
 
-        return int(self._shard(name).count(qe.CountRequest(exact=True)))
+        with self._reading(name):
+            return int(self._shard(name).count(qe.CountRequest(exact=True)))
 
     def meta(self, name: str) -> dict[str, Any]:
         state = self._state(name)
@@ -135,25 +141,45 @@ class EdgeBackend:
             raise ComposerError(f"no index {name!r} under {self.root}")
         return dict(state["meta"])
 
-    def search_dense(self, name: str, queries: np.ndarray, k: int) -> list[list[Hit]]:
+    def where(self, name: str) -> str:
+        return str(self._home(name))
+
+    def scan(
+        self, name: str, dense: np.ndarray | None, sparse: SparseVector
+    ) -> tuple[Found | None, Found]:
+        import qdrant_edge as qe
+
+        limit = max(self.count(name), 1)
+        with self._reading(name):
+            shard = self._shard(name)
+
+            def every(query: Any) -> Found:
+                request = qe.QueryRequest(limit=limit, query=query, params=qe.SearchParams(exact=True))
+                return [(str(p.id), float(p.score)) for p in shard.query(request)]
+
+            nearest = qe.Query.Nearest
+            found = None if dense is None else every(nearest(query_rows(dense[None])[0], using=DENSE))
+            return found, every(nearest(_sparse(sparse), using=SPARSE))
+
+    def search_dense(self, name: str, queries: np.ndarray, k: int) -> list[Found]:
         import qdrant_edge as qe
 
         require_dense(name, self._state(name))
         return self._run(
             name,
             [
-                qe.QueryRequest(limit=k, query=qe.Query.Nearest(q, using=DENSE), with_payload=True)
+                qe.QueryRequest(limit=k, query=qe.Query.Nearest(q, using=DENSE))
                 for q in query_rows(queries)
             ],
         )
 
-    def search_bm25(self, name: str, queries: Sequence[SparseVector], k: int) -> list[list[Hit]]:
+    def search_bm25(self, name: str, queries: Sequence[SparseVector], k: int) -> list[Found]:
         import qdrant_edge as qe
 
         return self._run(
             name,
             [
-                qe.QueryRequest(limit=k, query=qe.Query.Nearest(_sparse(q), using=SPARSE), with_payload=True)
+                qe.QueryRequest(limit=k, query=qe.Query.Nearest(_sparse(q), using=SPARSE))
                 for q in queries
             ],
         )
@@ -168,7 +194,7 @@ class EdgeBackend:
         fusion: Fusion = "rrf",
         prefetch: int = 50,
         rrf_k: int = 60,
-    ) -> list[list[Hit]]:
+    ) -> list[Found]:
         import qdrant_edge as qe
 
         require_dense(name, self._state(name))
@@ -184,7 +210,6 @@ class EdgeBackend:
                     qe.Prefetch(limit=limit, query=qe.Query.Nearest(_sparse(s), using=SPARSE)),
                 ],
                 query=fuse,
-                with_payload=True,
             )
             for d, s in pairs
         ]
@@ -201,14 +226,14 @@ class EdgeBackend:
 
     # -- internals ------------------------------------------------------------------------------------
 
-    def _run(self, name: str, requests: list[Any]) -> list[list[Hit]]:
+    def _run(self, name: str, requests: list[Any]) -> list[Found]:
         import qdrant_edge as qe
 
         shard = self._shard(name)
-        out: list[list[Hit]] = []
+        out: list[Found] = []
         for batch in batched(requests, QUERY_BATCH):
             results = shard.query_batch(qe.QueryBatchRequest(batch))
-            out.extend([to_hit(p.payload, p.score) for p in points] for points in results)
+            out.extend([(str(p.id), float(p.score)) for p in points] for points in results)
         return out
 
     def _shard(self, name: str) -> qdrant_edge.EdgeShard:
@@ -218,13 +243,22 @@ class EdgeBackend:
         shard = _OPEN.get(path)
         if shard is None:
             if not path.is_dir():
-                raise ComposerError(f"no index {name!r} under {self.root}")
-            try:
+                raise IndexDamaged(str(path.parent), "its shard directory is missing")
+            with self._reading(name):
                 shard = qe.EdgeShard.load(str(path))
-            except Exception as exc:  # the binding raises a bare Exception (e.g. WAL locked by a process)
-                raise ComposerError(f"cannot open index {name!r} at {path}: {exc}") from exc
             _OPEN[path] = shard
         return shard
+
+    @contextmanager
+    def _reading(self, name: str) -> Iterator[None]:
+        """The binding raises bare Exceptions for shard files it cannot read (damaged, emptied, locked by
+        another process: the lock on ``<name>.lock`` leaves this process the only opener)."""
+        try:
+            yield
+        except ComposerError:
+            raise
+        except Exception as exc:
+            raise IndexDamaged(self.where(name), f"its shard cannot be read: {exc}") from exc
 
     def _dir(self, name: str) -> Path:
         """The shared directory of collection ``name``."""
@@ -251,10 +285,17 @@ class EdgeBackend:
         return self._home(name) / "shard"
 
     def _state(self, name: str) -> dict[str, Any] | None:
+        path = self._home(name) / "meta.json"
         try:
-            return dict(json.loads((self._home(name) / "meta.json").read_text(encoding="utf-8")))
+            state = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
+        except (OSError, ValueError) as exc:  # not UTF-8, not JSON
+            raise IndexDamaged(str(path.parent), f"{path.name} is unreadable: {exc}") from exc
+        if not (isinstance(state, dict) and isinstance(state.get("meta"), dict)
+                and isinstance(state.get("complete"), bool) and "dim" in state):
+            raise IndexDamaged(str(path.parent), f"{path.name} is not a build record")
+        return state
 
     def _write_state(self, name: str, state: dict[str, Any]) -> None:
         text = json.dumps(state, ensure_ascii=False, indent=1)

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from composer.judges.evaluate import JudgeSettings
+from composer.judges.panel import JudgeSettings
 from composer.llm.config import LLMConfig, TokenPrice, check_env_name, judge_config
 from composer.pipeline.config import EmbeddingConfig
 
@@ -38,14 +38,15 @@ class JudgeConfig(JudgeSettings):
     def _env_name(cls, value: str | None) -> str | None:
         return check_env_name(value)
 
-    @model_validator(mode="after")
-    def _contexts_come_from_the_pipeline(self) -> JudgeConfig:
-        if "max_contexts" in self.model_fields_set:
+    @model_validator(mode="before")
+    @classmethod
+    def _contexts_come_from_the_pipeline(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "max_contexts" in data:
             raise ValueError(
                 "the judges read the passages the answer was generated from: set generation.max_contexts "
                 "in the pipeline (or the search space) instead of judge.max_contexts"
             )
-        return self
+        return data
 
     def llm_config(self, llm: LLMConfig | None) -> LLMConfig | None:
         """The judge's LLMConfig on top of the generator's ``llm``; None when there is no model at all."""
@@ -57,7 +58,7 @@ class JudgeConfig(JudgeSettings):
 
     @property
     def settings(self) -> JudgeSettings:
-        """The plain JudgeSettings ``answer_and_judge`` takes."""
+        """The plain JudgeSettings the judges take."""
         return JudgeSettings.model_validate(self.model_dump(include=set(JudgeSettings.model_fields)))
 
     def needs_embedding(self) -> bool:

@@ -52,6 +52,8 @@ def classify(exc: BaseException) -> FailureKind:
     root = chain[-1]
     if type(root).__name__ == "OpenAIError" and type(root).__module__.startswith("openai"):
         return "other"  # raised by the SDK before any request (e.g. no key): litellm still calls it a 500
+    if isinstance(root, ValueError | TypeError):
+        return "other"  # a request the client could not even make (e.g. credentials inside the URL)
     status = getattr(exc, "status_code", None)
     if status == 429 or "RateLimitError" in names:
         return "rate_limit"

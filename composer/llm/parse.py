@@ -316,6 +316,14 @@ def parse_queries(reply: str) -> list[str]:
     return queries
 
 
+def parse_step_back(reply: str) -> str:
+    """{"question": "..."} (step-back expansion): the one more general question."""
+    question = _text(extract_json(reply), ("question", "step_back_question", "step_back", "query"))
+    if not question:
+        raise ParseError("no question in reply")
+    return question
+
+
 _CHAIN = re.compile(r"\[\d+\]\s*(?:>|,|>>)\s*\[\d+\]")
 
 

@@ -1,8 +1,24 @@
 """Retrieval and answer metrics, match modes that decide what counts as relevant, and their statistics."""
 
 from composer.metrics.answer import exact_match, is_refusal, overlap_faithfulness, token_f1
-from composer.metrics.matching import JudgedRanking, MatchMode, default_match_mode, judge, trec_order
-from composer.metrics.retrieval import RETRIEVAL_METRICS, hit_rate, metric_key, mrr, ndcg, precision, recall
+from composer.metrics.matching import (
+    Judged,
+    JudgedRanking,
+    MatchMode,
+    default_match_mode,
+    judge,
+    judge_ranking,
+)
+from composer.metrics.retrieval import (
+    RETRIEVAL_METRICS,
+    hit_rate,
+    metric_key,
+    mrr,
+    ndcg,
+    precision,
+    recall,
+    relevance,
+)
 from composer.metrics.scorers import (
     AnswerScorer,
     ExactMatchScorer,
@@ -17,6 +33,7 @@ __all__ = [
     "RETRIEVAL_METRICS",
     "AnswerScorer",
     "ExactMatchScorer",
+    "Judged",
     "JudgedRanking",
     "MatchMode",
     "OverlapFaithfulnessScorer",
@@ -29,6 +46,7 @@ __all__ = [
     "hit_rate",
     "is_refusal",
     "judge",
+    "judge_ranking",
     "metric_key",
     "mrr",
     "ndcg",
@@ -36,6 +54,6 @@ __all__ = [
     "paired_bootstrap_ci",
     "precision",
     "recall",
+    "relevance",
     "token_f1",
-    "trec_order",
 ]

@@ -1,19 +1,27 @@
-"""Judging one question's hits: which keys are ranked, in which order, and which of them are relevant.
+"""Judging rankings: which keys are ranked, in which order, and which of them are relevant.
 
-The retrieval metrics then only compare ``JudgedRanking.ranked`` with ``JudgedRanking.relevant``, so every
-match mode shares the same, parity-tested metric code.
+The retrieval metrics then only compare a relevance matrix with the number of relevant items per question
+(``Judged``), so every match mode shares the same, parity-tested metric code. Document and chunk modes
+judge ids, vectorized over a whole ``Ranking``; answer and context modes read texts, one question at a time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
+import numpy as np
+import numpy.typing as npt
+
+from composer.data.ranking import NONE, Ranking
 from composer.data.types import Corpus, Hit, Question
+from composer.metrics.retrieval import Counts, Relevance, relevance
 from composer.metrics.textmatch import contains_answer, matches_context
 
 MatchMode = Literal["document", "chunk", "answer", "context"]
+TextMatchMode = Literal["answer", "context"]
+MATCH_MODES: tuple[str, ...] = get_args(MatchMode)
 
 Universe = Mapping[str, tuple[str, str]]
 """Every item of the searched collection: item id -> (document id, text). Treated as immutable."""
@@ -23,20 +31,21 @@ _Collection = Corpus | Universe
 
 @dataclass(frozen=True)
 class JudgedRanking:
-    """Distinct keys in rank order with their scores, and the keys that count as relevant."""
+    """One question's distinct keys in rank order with their scores, and the keys that count as relevant."""
 
     ranked: list[str]
     scores: list[float]
     relevant: frozenset[str]
 
 
-def trec_order(hits: Iterable[Hit]) -> list[Hit]:
-    """Hits the way trec_eval ranks them: score descending, equal scores by id in descending string order.
+@dataclass(frozen=True)
+class Judged:
+    """A batch of judged rankings: what the retrieval metrics take, and which questions have labels (the
+    others are skipped and counted, never averaged in as 0)."""
 
-    trec_eval ignores the run's own ranks; sorting like it makes BM25 runs, which tie often, score the same
-    here as in trec_eval. (Python compares str by code point, which is UTF-8 byte order, as strcmp does.)
-    """
-    return sorted(hits, key=lambda h: (h.score, h.id), reverse=True)
+    relevant: Relevance
+    n_relevant: Counts
+    labelled: npt.NDArray[np.bool_]
 
 
 def chunk_parent(item_id: str) -> str:
@@ -48,20 +57,77 @@ def chunk_parent(item_id: str) -> str:
 def judge(
     question: Question,
     hits: Sequence[Hit],
-    mode: MatchMode,
+    mode: TextMatchMode,
     *,
     corpus: Corpus | None = None,
     universe: Universe | None = None,
 ) -> JudgedRanking | None:
-    """Judge ``hits`` (taken in the given order; see ``trec_order``) for ``question`` under ``mode``.
+    """Judge ``hits`` (taken in the given order: trec order, see ``composer.data.ranking``) for ``question``
+    by their texts.
 
     Returns None when the question has no labels for this mode, so callers skip and count it. ``universe``
     (every chunk of the collection) lets answer mode know how many relevant items exist; without it, answer
     mode counts the corpus documents (when the hits are document ids) plus the retrieved items.
     """
     if mode not in _JUDGES:
-        raise ValueError(f"unknown match mode {mode!r}; expected one of {sorted(_JUDGES)}")
+        raise ValueError(f"unknown text match mode {mode!r}; expected one of {sorted(_JUDGES)}")
     return _JUDGES[mode](question, hits, corpus, universe)
+
+
+def judge_ranking(
+    questions: Sequence[Question],
+    ranking: Ranking,
+    mode: MatchMode,
+    *,
+    corpus: Corpus | None = None,
+    universe: Universe | None = None,
+) -> Judged:
+    """Judge every row of ``ranking`` (row i answers ``questions[i]``) under ``mode``.
+
+    Document and chunk modes compare ids, as arrays: chunks of one document count once, at their best
+    rank. Answer and context modes read texts, one question at a time (see ``judge``).
+    """
+    if mode == "document":
+        return _by_keys(
+            questions, ranking.table.doc_index[np.maximum(ranking.items, 0)], ranking, ranking.table.documents
+        )
+    if mode == "chunk":
+        return _by_keys(questions, ranking.items, ranking, ranking.table.ids)
+    if mode not in _JUDGES:
+        raise ValueError(f"unknown match mode {mode!r}; expected one of {sorted(MATCH_MODES)}")
+    verdicts = [
+        judge(q, ranking.hits(row), mode, corpus=corpus, universe=universe) for row, q in enumerate(questions)
+    ]
+    matrix, counts = relevance(
+        [v.ranked if v else [] for v in verdicts], [v.relevant if v else () for v in verdicts]
+    )
+    labelled = np.array([v is not None for v in verdicts], dtype=bool)
+    return Judged(matrix, counts, labelled)
+
+
+def _by_keys(
+    questions: Sequence[Question], keys: npt.NDArray[np.int64], ranking: Ranking, names: Sequence[str]
+) -> Judged:
+    """Relevance of rows of integer keys (document or chunk positions): repeats after a key's first
+    (best) rank are dropped, then each key is looked up in its question's labels."""
+    keys = np.where(ranking.items == NONE, NONE, keys)
+    repeat = np.zeros(keys.shape, dtype=bool)
+    for j in range(1, keys.shape[1]):
+        repeat[:, j] = (keys[:, :j] == keys[:, j : j + 1]).any(axis=1)
+    keep = (keys != NONE) & ~repeat
+    order = np.argsort(~keep, axis=1, kind="stable")  # kept keys first, in rank order
+    keys, keep = np.take_along_axis(keys, order, axis=1), np.take_along_axis(keep, order, axis=1)
+    position = {name: i for i, name in enumerate(names)}
+    width = len(names) + 1
+    codes = [
+        row * width + position[label]
+        for row, q in enumerate(questions)
+        for label in set(q.relevant_ids)
+        if label in position
+    ]
+    matrix = keep & np.isin(np.arange(len(keys))[:, None] * width + keys, np.array(codes, dtype=np.int64))
+    counts = np.array([len(set(q.relevant_ids)) for q in questions], dtype=np.int64)
+    return Judged(matrix, counts, counts > 0)
 
 
 def default_match_mode(questions: Iterable[Question], corpus: Corpus | None = None) -> MatchMode:
@@ -78,7 +144,9 @@ def default_match_mode(questions: Iterable[Question], corpus: Corpus | None = No
     return "document"
 
 
-def _document_of(hit: Hit, corpus: Corpus | None, universe: Universe | None) -> str:
+def document_of(hit: Hit, corpus: Corpus | None, universe: Universe | None) -> str:
+    """The hit's document: its own doc_id, else the universe's, else the hit itself when it is a corpus
+    document, else the id a Composer chunk id names (``<doc id>#<n>``)."""
     if hit.doc_id:
         return hit.doc_id
     if universe is not None and hit.id in universe:
@@ -95,7 +163,7 @@ def _text_of(hit: Hit, corpus: Corpus | None, universe: Universe | None) -> str 
     if universe is not None and hit.id in universe:
         return universe[hit.id][1]
     if corpus is not None:
-        doc = corpus.get(hit.id) or corpus.get(_document_of(hit, corpus, universe))
+        doc = corpus.get(hit.id) or corpus.get(document_of(hit, corpus, universe))
         return doc.text if doc is not None else None
     return None
 
@@ -106,15 +174,6 @@ def _distinct(keyed: Iterable[tuple[str, float]]) -> tuple[list[str], list[float
     for key, score in keyed:
         best.setdefault(key, score)
     return list(best), list(best.values())
-
-
-def _documents(
-    question: Question, hits: Sequence[Hit], corpus: Corpus | None, universe: Universe | None
-) -> JudgedRanking | None:
-    if not question.relevant_ids:
-        return None
-    ranked, scores = _distinct((_document_of(h, corpus, universe), h.score) for h in hits)
-    return JudgedRanking(ranked, scores, frozenset(question.relevant_ids))
 
 
 def _chunks(
@@ -137,7 +196,7 @@ def _answers(
     found = {
         h.id
         for h in unique.values()
-        if (not labelled or h.id in labelled or _document_of(h, corpus, universe) in labelled)
+        if (not labelled or h.id in labelled or document_of(h, corpus, universe) in labelled)
         and (text := _text_of(h, corpus, universe)) is not None
         and any(contains_answer(text, g) for g in golds)
     }
@@ -175,12 +234,7 @@ def _contexts(
 
 
 _Judge = Callable[[Question, Sequence[Hit], Corpus | None, Universe | None], JudgedRanking | None]
-_JUDGES: dict[str, _Judge] = {
-    "document": _documents,
-    "chunk": _chunks,
-    "answer": _answers,
-    "context": _contexts,
-}
+_JUDGES: dict[str, _Judge] = {"answer": _answers, "context": _contexts}
 
 
 class _CollectionIndex:

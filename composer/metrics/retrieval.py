@@ -1,59 +1,71 @@
-"""Ranking metrics at a cutoff k, as pure functions over one question's judged ranking.
+"""Ranking metrics at a cutoff k, as pure functions over a batch of judged rankings.
 
-Conventions follow trec_eval and ranx exactly (parity-tested in tests/test_parity.py): binary relevance,
-precision divides by k even when fewer items were returned, DCG discounts rank r by 1/log2(r + 1), and the
-ideal DCG ranks min(k, |relevant|) relevant items first. ``ranked`` holds distinct keys in rank order (see
-``composer.metrics.matching.judge``); an empty ``relevant`` scores 0.0 everywhere, as in ranx.
+A batch is a boolean relevance matrix ``relevant`` (one row per question, one column per rank: is the item
+at that rank relevant) and ``n_relevant``, the size of each question's relevant set; every metric returns
+one value per question. One row is one question, so a study's 1,395 questions are scored in a few array
+operations rather than 28,000 function calls. Conventions follow trec_eval and ranx exactly
+(parity-tested in tests/test_parity.py): binary relevance, precision divides by k even when fewer items
+were returned, DCG discounts rank r by 1/log2(r + 1), and the ideal DCG ranks min(k, |relevant|) relevant
+items first. An empty relevant set scores 0.0 everywhere, as in ranx.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Collection, Sequence
 
-RetrievalMetric = Callable[[Sequence[str], Collection[str], int], float]
+import numpy as np
+import numpy.typing as npt
+
+Relevance = npt.NDArray[np.bool_]
+"""(questions, ranks): True where the item at that rank is relevant; rows padded with False."""
+Counts = npt.NDArray[np.int64]
+Values = npt.NDArray[np.float64]
+RetrievalMetric = Callable[[Relevance, Counts, int], Values]
 
 
-def _top(ranked: Sequence[str], k: int) -> Sequence[str]:
+def _top(relevant: Relevance, k: int) -> Relevance:
     if k < 1:
         raise ValueError(f"cutoff k must be >= 1, got {k}")
-    return ranked[:k]
+    return relevant[:, :k]
 
 
-def _found(ranked: Sequence[str], relevant: Collection[str], k: int) -> int:
-    return sum(1 for key in _top(ranked, k) if key in relevant)
+def _found(relevant: Relevance, k: int) -> Counts:
+    return _top(relevant, k).sum(axis=1)
 
 
-def hit_rate(ranked: Sequence[str], relevant: Collection[str], k: int) -> float:
+def hit_rate(relevant: Relevance, n_relevant: Counts, k: int) -> Values:
     """1.0 when any relevant item is in the top k (trec_eval's success_k)."""
-    return 1.0 if _found(ranked, relevant, k) else 0.0
+    return (_found(relevant, k) > 0).astype(np.float64)
 
 
-def recall(ranked: Sequence[str], relevant: Collection[str], k: int) -> float:
+def recall(relevant: Relevance, n_relevant: Counts, k: int) -> Values:
     """Share of the relevant items found in the top k."""
-    found = _found(ranked, relevant, k)
-    return found / len(relevant) if relevant else 0.0
+    found = _found(relevant, k).astype(np.float64)
+    return np.divide(found, n_relevant, out=np.zeros_like(found), where=n_relevant > 0)
 
 
-def precision(ranked: Sequence[str], relevant: Collection[str], k: int) -> float:
+def precision(relevant: Relevance, n_relevant: Counts, k: int) -> Values:
     """Relevant items in the top k divided by k, not by how many were returned (trec_eval's P_k)."""
-    return _found(ranked, relevant, k) / k
+    return _found(relevant, k) / k
 
 
-def mrr(ranked: Sequence[str], relevant: Collection[str], k: int) -> float:
+def mrr(relevant: Relevance, n_relevant: Counts, k: int) -> Values:
     """Reciprocal rank of the first relevant item within the top k, else 0."""
-    for rank, key in enumerate(_top(ranked, k), start=1):
-        if key in relevant:
-            return 1.0 / rank
-    return 0.0
+    top = _top(relevant, k)
+    if top.shape[1] == 0:
+        return np.zeros(len(top))
+    first = top.argmax(axis=1)
+    return np.where(top.any(axis=1), 1.0 / (first + 1.0), 0.0)
 
 
-def ndcg(ranked: Sequence[str], relevant: Collection[str], k: int) -> float:
+def ndcg(relevant: Relevance, n_relevant: Counts, k: int) -> Values:
     """Binary-gain nDCG@k (trec_eval's ndcg_cut_k, ranx's ndcg@k)."""
-    top = _top(ranked, k)
-    dcg = sum(1.0 / math.log2(rank + 1) for rank, key in enumerate(top, start=1) if key in relevant)
-    ideal = sum(1.0 / math.log2(rank + 1) for rank in range(1, min(k, len(relevant)) + 1))
-    return dcg / ideal if ideal else 0.0
+    top = _top(relevant, k)
+    discount = 1.0 / np.log2(np.arange(2, k + 2, dtype=np.float64))
+    dcg = (top * discount[: top.shape[1]]).sum(axis=1)
+    ideal_at = np.concatenate([[0.0], np.cumsum(discount)])  # ideal DCG of 0..k relevant items
+    ideal = ideal_at[np.minimum(n_relevant, k)]
+    return np.divide(dcg, ideal, out=np.zeros_like(dcg), where=ideal > 0)
 
 
 RETRIEVAL_METRICS: dict[str, RetrievalMetric] = {
@@ -68,3 +80,20 @@ RETRIEVAL_METRICS: dict[str, RetrievalMetric] = {
 def metric_key(name: str, k: int) -> str:
     """The name reports and JSON use for a metric at a cutoff, e.g. ``recall@10``."""
     return f"{name}@{k}"
+
+
+def relevance(
+    rankings: Sequence[Sequence[str]], relevant: Sequence[Collection[str]]
+) -> tuple[Relevance, Counts]:
+    """The matrix form of rankings of keys (distinct keys in rank order) and each one's relevant set."""
+    depth = max((len(r) for r in rankings), default=0)
+    matrix = np.zeros((len(rankings), depth), dtype=bool)
+    for row, (ranked, rel) in enumerate(zip(rankings, relevant, strict=True)):
+        matrix[row, : len(ranked)] = [key in rel for key in ranked]
+    return matrix, np.array([len(rel) for rel in relevant], dtype=np.int64)
+
+
+def score_ranking(name: str, ranked: Sequence[str], relevant: Collection[str], k: int) -> float:
+    """One metric of one ranking: the batch functions on a batch of one."""
+    matrix, counts = relevance([ranked], [relevant])
+    return float(RETRIEVAL_METRICS[name](matrix, counts, k)[0])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -39,17 +40,25 @@ def bootstrap_ci(
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     if resamples < 1:
         raise ValueError(f"resamples must be >= 1, got {resamples}")
-    rng = np.random.default_rng(seed)
-    rows = max(1, _MAX_CELLS // array.size)
-    means = np.concatenate(
-        [
-            array[rng.integers(0, array.size, size=(min(rows, resamples - start), array.size))].mean(axis=1)
-            for start in range(0, resamples, rows)
-        ]
-    )
+    means = _resample_counts(array.size, resamples, seed) @ array / array.size
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(means, [tail, 100 - tail])
     return float(low), float(high)
+
+
+@lru_cache(maxsize=4)
+def _resample_counts(n: int, resamples: int, seed: int) -> npt.NDArray[np.float64]:
+    """How often each of ``n`` values is drawn in each resample (one row per resample): drawn once per
+    question-set size and seed, so a report's every metric (and every trial's) shares it, and a mean of a
+    resample is one matrix product."""
+    rng = np.random.default_rng(seed)
+    counts = np.zeros((resamples, n), dtype=np.float64)
+    rows = max(1, _MAX_CELLS // n)
+    for start in range(0, resamples, rows):
+        draws = rng.integers(0, n, size=(min(rows, resamples - start), n))
+        for offset, row in enumerate(draws):
+            counts[start + offset] = np.bincount(row, minlength=n)
+    return counts
 
 
 def paired_bootstrap_ci(

@@ -13,7 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from composer.errors import ConfigError, config_error
 from composer.generation.prompts import AnswerTemplate
 from composer.llm.config import LLMConfig, check_env_name, derive_config
+from composer.text.analyzers import AnalyzerName
 from composer.yamlfile import read_yaml
+
+INDEX_LAYOUT = 2
+"""What a collection stores and how (2: its metadata records the dense dimension): part of every index
+key, so a collection of another layout is never reused."""
 
 
 class _Strict(BaseModel):
@@ -29,6 +34,13 @@ class ChunkingConfig(_Strict):
         description="At most this many characters (whole words or sentences) shared by consecutive chunks "
         "cut from one run of text; never across paragraphs.",
     )
+    window: int = Field(
+        default=0,
+        ge=0,
+        le=10,
+        description="Sentence windows (sentence chunks only): the index holds each small chunk, a hit "
+        "returns it with this many neighbouring chunks of its document on each side.",
+    )
 
     # Cross-field checks are field validators on the later field, so errors name that key.
     @field_validator("overlap")
@@ -38,6 +50,19 @@ class ChunkingConfig(_Strict):
         if size is not None and overlap >= size:
             raise ValueError(f"overlap ({overlap}) must be smaller than size ({size})")
         return overlap
+
+    @field_validator("window")
+    @classmethod
+    def _window_of_sentences(cls, window: int, info: ValidationInfo) -> int:
+        method = info.data.get("method")
+        if window and method != "sentence":
+            raise ValueError(f"sentence windows need method 'sentence', not '{method}'")
+        return window
+
+
+Precision = Literal["float32", "bfloat16"]
+_TORCH_PROVIDERS = ("sentence-transformers", "minilm")
+"""The providers whose model Composer runs itself with torch, and so whose precision it chooses."""
 
 
 class EmbeddingConfig(_Strict):
@@ -49,8 +74,18 @@ class EmbeddingConfig(_Strict):
     )
     query_prefix: str = ""
     passage_prefix: str = ""
-    batch_size: int = Field(default=64, ge=1)
+    batch_size: int | None = Field(
+        default=None, ge=1,
+        description="Texts per encode call; default 16 for local models (on a CPU faster than 64: less "
+        "padding, and a third of the peak memory), 64 per request for litellm.",
+    )
     api_base: str | None = None
+    precision: Precision = Field(
+        default="float32",
+        description="Weights and activations of a local sentence-transformers model (sentence-transformers, "
+        "minilm). bfloat16 is ~3x faster on CPUs with AMX or AVX512-BF16 at cosine 0.9999 to float32, and "
+        "several times slower on CPUs without them (benchmarks/README.md).",
+    )
 
     @field_validator("model")
     @classmethod
@@ -60,17 +95,54 @@ class EmbeddingConfig(_Strict):
             raise ValueError(f"provider '{provider}' needs 'model'")
         return model
 
+    @field_validator("precision")
+    @classmethod
+    def _precision_needs_local_model(cls, precision: Precision, info: ValidationInfo) -> Precision:
+        provider = info.data.get("provider")
+        if precision != "float32" and provider not in _TORCH_PROVIDERS:
+            raise ValueError(
+                f"precision '{precision}' needs a model Composer runs itself (provider sentence-transformers "
+                f"or minilm); provider '{provider}' has no precision to choose"
+            )
+        return precision
+
 
 class RetrievalConfig(_Strict):
+    """First-stage search. Hybrid fuses the dense and BM25 lists (each cut at ``prefetch``): RRF and DBSF
+    as Qdrant computes them, or a convex combination (AutoRAG's hybrid_cc) of normalized scores with
+    ``weight`` on the dense side (see ``composer.retrieval.fusion``)."""
+
     mode: Literal["dense", "bm25", "hybrid"] = "hybrid"
     k: int = Field(default=5, ge=1, le=1000)
-    # DBSF beats RRF on ARCD at every prefetch (hit@5 0.880 vs 0.842, benchmarks/README.md).
-    fusion: Literal["rrf", "dbsf"] = "dbsf"
+    # DBSF beats RRF on ARCD at every prefetch (hit@5 0.880 vs 0.841, benchmarks/README.md).
+    fusion: Literal["rrf", "dbsf", "convex"] = "dbsf"
     prefetch: int = Field(
         default=50, ge=1, le=10000, description="Candidates per branch before fusion or rerank."
     )
     rrf_k: int = Field(default=60, ge=1)
-    stem: bool = Field(default=True, description="Snowball Arabic/English stemming of BM25 tokens.")
+    normalization: Literal["minmax", "theoretical_minmax", "zscore", "dbsf"] = Field(
+        default="minmax", description="convex fusion only: how each branch's scores are normalized."
+    )
+    weight: float = Field(default=0.5, ge=0.0, le=1.0, description="convex fusion only: the dense share.")
+    # BM25's index-time settings (see BM25_SETTINGS): each value is a collection of its own.
+    analyzer: AnalyzerName = Field(
+        default="default",
+        description="BM25 tokens: default, isri, tashaphyne, rishe or plain (composer.text.analyzers).",
+    )
+    stem: bool = Field(default=True, description="Apply the analyzer's stemmer or lemmatizer to BM25 tokens.")
+    stopwords: bool = Field(default=True, description="Drop function words from BM25 tokens.")
+    k1: float = Field(default=1.2, ge=0.0, le=10.0, description="BM25 term-frequency saturation.")
+    b: float = Field(default=0.75, ge=0.0, le=1.0, description="BM25 document-length normalization.")
+    title_weight: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=20.0,
+        description="Weight of the document title as a second BM25 field (BM25F); 0 indexes the text only.",
+    )
+
+
+BM25_SETTINGS = ("analyzer", "stem", "stopwords", "k1", "b", "title_weight")
+"""Retrieval settings that shape the BM25 vectors, so they are index time (``index_settings``)."""
 
 
 class RerankConfig(_Strict):
@@ -100,14 +172,15 @@ class RerankConfig(_Strict):
 class QueryExpansionConfig(_Strict):
     """LLM query expansion before search; results of the expanded queries are fused by RRF.
 
-    ``multi_query`` searches the question and ``n`` paraphrases. ``hyde`` embeds a hypothetical answer
+    ``multi_query`` searches the question and ``n`` paraphrases; ``step_back`` the question and one more
+    general question about the concept behind it (Zheng et al. 2023). ``hyde`` embeds a hypothetical answer
     passage for the dense branch (averaged with the question's vector, as in the HyDE paper) while BM25
     keeps the question's words: a hallucinated passage would add exact-match noise, so BM25-only
     pipelines make no HyDE call at all. Expansion runs at temperature 0, so every trial that shares a
     question shares its (cached) expansion.
     """
 
-    method: Literal["none", "multi_query", "hyde"] = "none"
+    method: Literal["none", "multi_query", "step_back", "hyde"] = "none"
     n: int = Field(default=3, ge=1, le=10, description="Paraphrases per question (multi_query).")
 
 
@@ -175,8 +248,9 @@ class PipelineConfig(_Strict):
         from composer.index.bm25 import SCHEME  # a new token scheme must never reuse an old collection
 
         settings: dict[str, Any] = {
+            "layout": INDEX_LAYOUT,
             "chunking": self.chunking.model_dump(),
-            "bm25": {"scheme": SCHEME, "stem": self.retrieval.stem},
+            "bm25": {"scheme": SCHEME, **self.retrieval.model_dump(include=set(BM25_SETTINGS))},
         }
         if self.needs_dense_index:
             query_time = {"batch_size", "query_prefix", "api_base"}

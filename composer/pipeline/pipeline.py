@@ -1,64 +1,43 @@
 """A configured RAG pipeline: corpus -> chunks -> cached embeddings -> Qdrant index; then per question
-[query expansion] -> search -> [rerank] -> ranked chunks -> answer."""
+[query expansion] -> branch candidates -> [fusion] -> [rerank] -> ranked chunks -> answer.
+
+Every stage's result is memoized in the process's ``Workspace`` on exactly the settings it depends on, so
+the pipelines of a study's trials share whatever they have in common, and ``composer eval --config`` runs
+the very code that scored the trial.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from composer.chunking import Chunk, chunk_corpus
+from composer.data.ranking import Ranking
 from composer.data.types import Corpus, Hit, Question, Run
-from composer.embedding import CachedEmbedder, Embedder, EmbeddingCache, make_embedder
+from composer.embedding import CachedEmbedder
 from composer.errors import ComposerError
-from composer.generation import Answer, Expansion, Generator, QueryExpander, answer_questions, fuse_rankings
-from composer.index import Bm25Encoder, SparseVector, VectorIndex, open_index
-from composer.index.base import IndexBuildLost
+from composer.generation import Answer, Generator, answer_questions, contexts_for
 from composer.llm import LLMClient, LLMConfig, judge_config
-from composer.pipeline.config import EmbeddingConfig, PipelineConfig, load_pipeline_config
+from composer.pipeline.config import BM25_SETTINGS, PipelineConfig, load_pipeline_config
+from composer.pipeline.indexing import IndexHandle, open_or_build
+from composer.pipeline.workspace import Workspace, shared_embedder
 from composer.retrieval import Reranker, make_reranker
+from composer.retrieval.candidates import Search
+from composer.retrieval.expansion import Expansion, QueryExpander
+from composer.retrieval.retriever import Branches, Latency, Retriever
 
 DEFAULT_WORKDIR = Path(".composer")
-QUERY_BLOCK = 256
-"""Questions searched per Qdrant batch; also the granularity of the query progress bar."""
-INDEX_BLOCK = 1024
-"""Chunks upserted per step of the index progress bar (the backend batches further)."""
-BUILD_WAIT_S = 120.0
-"""How long a build another worker took over (its vectors are ready: only its upsert is left) may take
-to finish before this worker builds the index again itself."""
-BUILD_POLL_S = 0.5
 
 ProgressHook = Callable[[str, int, int], None]
-"""``hook(stage, done, total)`` for stage in "encode", "index", "query"; the CLI draws Rich bars from it."""
+"""``hook(stage, done, total)`` for stage in "encode", "index", "query", "answer"; the CLI draws Rich
+bars from it, a study's live view its status line."""
 
-# One backend per (location, root): a ":memory:" collection lives only as long as its client, so every
-# pipeline of a process (every trial of a study) must share it to reuse what an earlier one built.
-_BACKENDS: dict[tuple[str | None, str], VectorIndex] = {}
-# One LLM client per (settings, cache): trials share its HTTP sessions, concurrency bound and counters.
-_CLIENTS: dict[tuple[str, str], LLMClient] = {}
-# One embedder per embedding settings: its model loads once per process, not again for every trial that
-# encodes (a new chunking, new questions) nor for the judge when it embeds with the same model.
-_EMBEDDERS: dict[str, Embedder] = {}
-
-
-def shared_client(config: LLMConfig, cache_dir: Path) -> LLMClient:
-    """The process's client for these settings and this reply cache."""
-    slot = (config.model_dump_json(), str(cache_dir.resolve()))
-    if slot not in _CLIENTS:
-        _CLIENTS[slot] = LLMClient(config, cache_dir=cache_dir)
-    return _CLIENTS[slot]
-
-
-def shared_embedder(config: EmbeddingConfig) -> Embedder:
-    """The process's embedder for these settings (wrap it in a CachedEmbedder for per-run counters)."""
-    slot = config.model_dump_json()
-    if slot not in _EMBEDDERS:
-        _EMBEDDERS[slot] = make_embedder(config)
-    return _EMBEDDERS[slot]
+AnswerHook = Callable[[int], None]
+"""``hook(n)``: n more questions answered (for live progress while a slow LLM answers)."""
 
 
 @dataclass(frozen=True)
@@ -72,8 +51,12 @@ class IndexInfo:
     seconds: float
 
 
+def _rescored(scores: np.ndarray, items: list[int]) -> list[tuple[int, float]]:
+    return list(zip(items, scores.tolist(), strict=True))
+
+
 class Pipeline:
-    """Index a corpus once per index key, then retrieve (expand, search, rerank) and answer questions.
+    """Index a corpus once per index key, then rank questions and answer them.
 
     ``llm`` holds the run's LLM settings (timeout, concurrency, retries, cache, prices); the config names
     the models. LLM replies are cached under ``<workdir>/cache/llm``.
@@ -83,24 +66,21 @@ class Pipeline:
         self,
         config: PipelineConfig,
         *,
-        workdir: Path = DEFAULT_WORKDIR,
-        backend: VectorIndex,
+        workspace: Workspace,
         progress: ProgressHook | None = None,
         llm: LLMConfig | None = None,
     ) -> None:
         self.config = config
-        self.workdir = Path(workdir)
-        self.backend = backend
+        self.workspace = workspace
         self.progress = progress
         self.llm = llm
-        self._cache = EmbeddingCache(self.workdir / "cache" / "embeddings")
         self._embedder: CachedEmbedder | None = None
         self._reranker: Reranker | None = None
-        self._expander: QueryExpander | None = None
         self._generator: Generator | None = None
-        self._key: str | None = None
-        self._bm25: Bm25Encoder | None = None
-        self._chunks: list[Chunk] = []
+        self._handle: IndexHandle | None = None
+        self._retriever: Retriever | None = None
+        self.searched = 0.0
+        """Seconds this pipeline's rankings spent in index searches (a memoized search costs none)."""
 
     @classmethod
     def from_config(
@@ -118,11 +98,12 @@ class Pipeline:
             config = load_pipeline_config(config)
         elif not isinstance(config, PipelineConfig):
             config = PipelineConfig.from_dict(dict(config))
-        workdir = Path(workdir)
-        slot = (qdrant, str(workdir.resolve()))
-        if slot not in _BACKENDS:
-            _BACKENDS[slot] = open_index(qdrant, workdir, api_key=api_key)
-        return cls(config, workdir=workdir, backend=_BACKENDS[slot], progress=progress, llm=llm)
+        workspace = Workspace.get(workdir, qdrant, api_key=api_key)
+        return cls(config, workspace=workspace, progress=progress, llm=llm)
+
+    @property
+    def workdir(self) -> Path:
+        return self.workspace.workdir
 
     @property
     def embedder(self) -> CachedEmbedder:
@@ -132,7 +113,7 @@ class Pipeline:
                 hook = self.progress
                 on_progress = lambda done, total: hook("encode", done, total)  # noqa: E731
             self._embedder = CachedEmbedder(
-                shared_embedder(self.config.embedding), self._cache, on_progress=on_progress
+                shared_embedder(self.config.embedding), self.workspace.embeddings, on_progress=on_progress
             )
         return self._embedder
 
@@ -149,126 +130,154 @@ class Pipeline:
         return stats
 
     @property
-    def key(self) -> str:
-        if self._key is None:
+    def handle(self) -> IndexHandle:
+        if self._handle is None:
             raise ComposerError("index a corpus first: pipeline.index(corpus)")
-        return self._key
+        return self._handle
+
+    @property
+    def key(self) -> str:
+        return self.handle.key
 
     def index(self, corpus: Corpus) -> IndexInfo:
-        """Build the collection for this corpus and these index settings, or reuse the one already built."""
+        """Build the collection for this corpus and these index settings, or reuse the one already built
+        (opened once per process; later pipelines on the same key reuse the open one)."""
         started = time.perf_counter()
         before = self.cache_stats
-        identity = self.embedder.identity if self.config.needs_dense_index else None
-        key = self.config.index_key(corpus.fingerprint(), identity)
-        self._chunks = chunk_corpus(corpus, self.config.chunking)
-        reused = self.backend.exists(key) or self._build(key, self._chunks)
-        if reused:
-            self._bm25 = Bm25Encoder.from_dict(self.backend.meta(key)["bm25"])
-        self._key = key
+        dense = self.config.needs_dense_index
+        key = self.config.index_key(corpus.fingerprint(), self.embedder.identity if dense else None)
+        chunks = self.workspace.chunks(corpus, self.config.chunking)
+        handle = self.workspace.indexes.get(key)
+        reused = True
+        if handle is None:
+            titles = [doc.title if (doc := corpus.get(c.doc_id)) is not None else "" for c in chunks]
+            handle, reused = open_or_build(
+                self.workspace.backend,
+                key,
+                chunks,
+                titles=titles,
+                bm25_options=self.config.retrieval.model_dump(include=set(BM25_SETTINGS)),
+                settings=self.config.index_settings(),
+                embedder=self.embedder if dense else None,
+                report=self.progress,
+            )
+            self.workspace.indexes[key] = handle
+        self._handle = handle
+        self._retriever = None
         after = self.cache_stats
         return IndexInfo(
             key=key,
             n_documents=len(corpus),
-            n_chunks=len(self._chunks),
+            n_chunks=len(chunks),
             reused=reused,
             embeddings_computed=after["embeddings_computed"] - before["embeddings_computed"],
             embeddings_reused=after["embeddings_reused"] - before["embeddings_reused"],
             seconds=time.perf_counter() - started,
         )
 
-    def _build(self, key: str, chunks: list[Chunk]) -> bool:
-        """Build the collection; True when another worker built it meanwhile and that one is reused.
-
-        Workers sharing a Qdrant server may start the same new index at once: the later ``create``
-        drops the earlier build, whose ``finish`` then refuses to mark the other's collection complete.
-        The loser waits for the winner's build to finish and reuses it, or, if it never does (its
-        worker died), builds the index once more; losing again is an error.
-        """
-        texts = [c.text for c in chunks]
-        bm25, sparse = Bm25Encoder.fit(texts, stem=self.config.retrieval.stem)
-        dense = self.embedder.encode_passages(texts) if self.config.needs_dense_index else None
-        meta = {"bm25": bm25.to_dict(), "n_chunks": len(chunks), "settings": self.config.index_settings()}
-        self._fill(key, chunks, dense, sparse, meta)
-        try:
-            self.backend.finish(key)
-        except IndexBuildLost:  # the build was dropped or replaced by another worker's
-            if self._built_elsewhere(key):
-                return True
-            self._fill(key, chunks, dense, sparse, meta)
-            self.backend.finish(key)
-        self._bm25 = bm25
-        return False
-
-    def _fill(self, key: str, chunks: list[Chunk], dense: np.ndarray | None, sparse: list[SparseVector],
-              meta: dict[str, Any]) -> None:
-        """Create the collection (dropping what it held) and upsert every chunk, reporting progress."""
-        self.backend.create(key, None if dense is None else int(dense.shape[1]), meta)
-        total = len(chunks)
-        self._report("index", 0, total)
-        for lo in range(0, total, INDEX_BLOCK):
-            hi = min(lo + INDEX_BLOCK, total)
-            self.backend.upsert(key, chunks[lo:hi], None if dense is None else dense[lo:hi], sparse[lo:hi])
-            self._report("index", hi, total)
-
-    def _built_elsewhere(self, key: str) -> bool:
-        """Whether another worker's build of ``key`` is complete within ``BUILD_WAIT_S``."""
-        deadline = time.monotonic() + BUILD_WAIT_S
-        while not self.backend.exists(key):
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(BUILD_POLL_S)
-        return True
-
-    def _report(self, stage: str, done: int, total: int) -> None:
-        if self.progress is not None:
-            self.progress(stage, done, total)
-
-    def universe(self) -> dict[str, tuple[str, str]]:
+    def universe(self) -> Mapping[str, tuple[str, str]]:
         """Every indexed chunk as chunk_id -> (doc_id, text): the pool that answer matching judges."""
-        self.key  # noqa: B018 - raises when nothing is indexed
-        return {c.id: (c.doc_id, c.text) for c in self._chunks}
+        return self.handle.table
+
+    # -- retrieval -------------------------------------------------------------------------------
+
+    def rank(self, questions: Iterable[Question]) -> tuple[Ranking, Latency]:
+        """Each question's top ``retrieval.k`` chunks as a Ranking, and seconds per question per stage."""
+        items = list(questions)
+        store = self.workspace.candidates
+        before = store.search_seconds
+        ranking, latency = self.retriever.rank(items)
+        self.searched += store.search_seconds - before
+        if self.progress is not None:
+            self.progress("query", len(items), len(items))
+        return ranking, latency
 
     def retrieve(self, questions: Iterable[Question]) -> Run:
-        """Top ``retrieval.k`` hits per question, after reranking."""
-        return self.retrieve_timed(questions)[0]
+        """Top ``retrieval.k`` hits per question, after reranking. ``questions`` may be any iterable."""
+        return self.rank(questions)[0].to_run()
 
-    def retrieve_timed(self, questions: Iterable[Question]) -> tuple[Run, dict[str, dict[str, float]]]:
-        """The run and, per question, seconds per stage ("expand" when on, "retrieve", "rerank"),
-        amortized over each batch.
+    def search(self, query: str) -> list[Hit]:
+        """Ranked chunks for one query string."""
+        return self.retrieve([Question(id="query", question=query)])["query"]
 
-        ``questions`` may be a QuestionSet, a list or any iterable of questions.
-        """
-        run: Run = {}
-        latency: dict[str, dict[str, float]] = {}
-        items = list(questions)
-        total = len(items)
-        for lo in range(0, total, QUERY_BLOCK):
-            block = items[lo : lo + QUERY_BLOCK]
-            texts = [q.question for q in block]
-            t0 = time.perf_counter()
-            expansions = self._expand(texts)
-            t1 = time.perf_counter()
-            candidates = self._first_stage(texts) if expansions is None else self._expanded(expansions)
-            t2 = time.perf_counter()
-            hits = self.reranker.rerank(texts, candidates, self.config.retrieval.k)
-            t3 = time.perf_counter()
-            n = max(len(block), 1)
-            for q, ranked in zip(block, hits, strict=True):
-                run[q.id] = ranked
-                latency[q.id] = {"retrieve": (t2 - t1) / n, "rerank": (t3 - t2) / n}
-                if expansions is not None:
-                    latency[q.id]["expand"] = (t1 - t0) / n
-            self._report("query", min(lo + QUERY_BLOCK, total), total)
-        return run, latency
+    @property
+    def retriever(self) -> Retriever:
+        if self._retriever is None:
+            cfg = self.config
+            self._retriever = Retriever(
+                cfg.retrieval,
+                self._branches(),
+                self.workspace.candidates,
+                reranker=self.reranker,
+                reranks=cfg.rerank.method != "none",
+                expander=self.expander,
+                rrf_k_expansion=cfg.retrieval.rrf_k,
+                floor=self.workspace.depth,
+            )
+        return self._retriever
 
-    def answer(
-        self, questions: Iterable[Question], run: Run, *, max_failures: int | None = None
-    ) -> dict[str, Answer]:
-        """Question id -> Answer from the question's hits in ``run``: the LLM generator when
-        ``generation.model`` is set, else the offline extractive answerer. A failed generation is an
-        Answer with ``text`` None and the failure in ``result``, never an exception; past
-        ``max_failures`` failed answers the remaining calls are cancelled (see ``answer_questions``)."""
-        return answer_questions(list(questions), run, self.generator, max_failures=max_failures)
+    def _branches(self) -> Branches:
+        """The two searches of this pipeline's index: Qdrant finds the candidates, ``handle.exact``
+        scores them (see ``composer.pipeline.indexing``)."""
+        handle, backend = self.handle, self.workspace.backend
+        points, exact = handle.points, handle.exact
+
+        def bm25(texts: list[str], depth: int) -> list[list[tuple[int, float]]]:
+            queries = handle.bm25.encode_queries(texts, exact.column)
+            found = backend.search_bm25(handle.key, queries, depth)
+            return [_rescored(exact.rescore_bm25(q, items := [points[pid] for pid, _ in hits]), items)
+                    for q, hits in zip(queries, found, strict=True)]
+
+        if handle.dim is None:
+            return Branches(handle.table, None, (handle.key, "bm25"), None, bm25)
+
+        def search_dense(vectors: np.ndarray, depth: int) -> list[list[tuple[int, float]]]:
+            found = backend.search_dense(handle.key, vectors, depth)
+            return [_rescored(exact.rescore_dense(v, items := [points[pid] for pid, _ in hits]), items)
+                    for v, hits in zip(vectors, found, strict=True)]
+
+        def dense(texts: list[str], depth: int) -> list[list[tuple[int, float]]]:
+            return search_dense(self.embedder.encode_queries(texts), depth)
+
+        def hyde(expansions: Sequence[Expansion]) -> Search:
+            by_key = {"\x00".join((e.question, *e.passages)): e for e in expansions}
+            return lambda keys, depth: search_dense(self._hyde_vectors([by_key[k] for k in keys]), depth)
+
+        slot = (handle.key, "dense", self.embedder.query_prefix)
+        return Branches(handle.table, slot, (handle.key, "bm25"), dense, bm25, hyde)
+
+    def _hyde_vectors(self, expansions: Sequence[Expansion]) -> np.ndarray:
+        """HyDE: the mean of the question's vector and its hypothetical passages' vectors, unit length."""
+        vectors = np.array(self.embedder.encode_queries([e.question for e in expansions]), dtype=np.float32)
+        passages = [p for e in expansions for p in e.passages]
+        if passages:
+            encoded = iter(self.embedder.encode_passages(passages))
+            for i, e in enumerate(expansions):
+                if e.passages:
+                    mean = np.mean([vectors[i], *(next(encoded) for _ in e.passages)], axis=0)
+                    vectors[i] = mean / (np.linalg.norm(mean) or 1.0)
+        return vectors
+
+    @property
+    def reranker(self) -> Reranker:
+        if self._reranker is None:
+            cfg = self.config.rerank
+            embedder = self.embedder if cfg.method == "mmr" else None
+            llm = self._helper_llm(cfg.model) if cfg.method == "llm" else None
+            self._reranker = make_reranker(
+                cfg, cache=self.workspace.rerank_scores, embedder=embedder, llm=llm
+            )
+        return self._reranker
+
+    @property
+    def expander(self) -> QueryExpander | None:
+        """None unless expansion is configured and applies (HyDE never touches BM25-only search)."""
+        qe = self.config.query_expansion
+        if qe.method == "none" or (qe.method == "hyde" and self.config.retrieval.mode == "bm25"):
+            return None
+        return QueryExpander(self._helper_llm(), qe.method, qe.n, memo=self.workspace.expansions)
+
+    # -- answers ---------------------------------------------------------------------------------
 
     @property
     def generator_llm(self) -> LLMConfig | None:
@@ -279,11 +288,49 @@ class Pipeline:
     def generator(self) -> Generator | None:
         if self._generator is None and (cfg := self.generator_llm) is not None:
             gen = self.config.generation
-            self._generator = Generator(self._client(cfg), gen.template, max_contexts=gen.max_contexts)
+            self._generator = Generator(self.workspace.client(cfg), gen.template)
         return self._generator
 
-    def _client(self, config: LLMConfig) -> LLMClient:
-        return shared_client(config, self.workdir / "cache" / "llm")
+    def answer(
+        self,
+        questions: Iterable[Question],
+        ranking: Ranking,
+        *,
+        max_failures: int | None = None,
+        on_answer: AnswerHook | None = None,
+    ) -> dict[str, Answer]:
+        """Question id -> Answer from the question's top ``generation.max_contexts`` chunks in ``ranking``:
+        the LLM generator when ``generation.model`` is set, else the offline extractive answerer. Each
+        Answer carries the contexts it was given. A failed generation is an Answer with ``text`` None and
+        the failure in ``result``, never an exception; past ``max_failures`` failed answers the remaining
+        calls are cancelled (see ``answer_questions``). Answers are memoized per (answerer, question,
+        contexts): a trial that retrieved what an earlier one did answers without a call."""
+        items = list(questions)
+        rows = {qid: row for row, qid in enumerate(ranking.question_ids)}
+        limit = self.config.generation.max_contexts
+        contexts = [tuple(contexts_for(ranking.hits(rows[q.id]), limit)) for q in items]
+        answerer = self.config.generation.model_dump_json(exclude={"api_key_env", "max_contexts"})
+        memo = self.workspace.answers
+        slots = [(answerer, q.question, c) for q, c in zip(items, contexts, strict=True)]
+        out = {q.id: memo[s] for q, s in zip(items, slots, strict=True) if s in memo}
+        todo = [(q, c, s) for q, c, s in zip(items, contexts, slots, strict=True) if q.id not in out]
+        if out and on_answer is not None:
+            on_answer(len(out))
+        fresh = answer_questions(
+            [q for q, _, _ in todo],
+            [c for _, c, _ in todo],
+            self.generator,
+            max_failures=max_failures,
+            on_answer=on_answer,
+        )
+        for q, _, slot in todo:
+            answer = fresh.get(q.id)
+            if answer is None:
+                continue  # cancelled: the failure budget ran out
+            if not answer.failed:
+                memo[slot] = answer
+            out[q.id] = answer
+        return {q.id: out[q.id] for q in items if q.id in out}
 
     def _helper_llm(self, model: str | None = None) -> LLMClient:
         """The client for query expansion and LLM reranking: ``model`` (default the generator's) at
@@ -293,82 +340,4 @@ class Pipeline:
         config = judge_config(base, model)
         if config is None:
             raise ComposerError("query expansion and LLM reranking need an LLM: set generation.model")
-        return self._client(config)
-
-    @property
-    def expander(self) -> QueryExpander | None:
-        """None unless expansion is configured and applies (HyDE never touches BM25-only search)."""
-        qe = self.config.query_expansion
-        if qe.method == "none" or (qe.method == "hyde" and self.config.retrieval.mode == "bm25"):
-            return None
-        if self._expander is None:
-            self._expander = QueryExpander(self._helper_llm(), qe.method, qe.n)
-        return self._expander
-
-    def _expand(self, texts: list[str]) -> list[Expansion] | None:
-        expander = self.expander
-        return None if expander is None else expander.expand_many(texts)
-
-    def _expanded(self, expansions: list[Expansion]) -> list[list[Hit]]:
-        """First-stage hits for expanded questions: multi-query searches every query and fuses the lists
-        by RRF; HyDE searches the dense branch with the mean of the question's vector and its
-        hypothetical passage's (the BM25 branch keeps the question)."""
-        if self.config.query_expansion.method == "multi_query":
-            flat = [q for e in expansions for q in e.queries]
-            lists = self._first_stage(flat)
-            out: list[list[Hit]] = []
-            start = 0
-            for e in expansions:
-                end = start + len(e.queries)
-                out.append(fuse_rankings(lists[start:end], k=self.config.retrieval.rrf_k, limit=self._depth))
-                start = end
-            return out
-        texts = [e.question for e in expansions]
-        vectors = np.array(self.embedder.encode_queries(texts), dtype=np.float32)  # a writable copy
-        passages = [p for e in expansions for p in e.passages]
-        if passages:
-            encoded = iter(self.embedder.encode_passages(passages))
-            for i, e in enumerate(expansions):
-                if e.passages:
-                    mean = np.mean([vectors[i], *(next(encoded) for _ in e.passages)], axis=0)
-                    vectors[i] = mean / (np.linalg.norm(mean) or 1.0)
-        return self._first_stage(texts, vectors)
-
-    def search(self, query: str) -> list[Hit]:
-        """Ranked chunks for one query string."""
-        return self.retrieve([Question(id="query", question=query)])["query"]
-
-    @property
-    def reranker(self) -> Reranker:
-        if self._reranker is None:
-            cfg = self.config.rerank
-            embedder = self.embedder if cfg.method == "mmr" else None
-            llm = self._helper_llm(cfg.model) if cfg.method == "llm" else None
-            self._reranker = make_reranker(
-                cfg, cache=EmbeddingCache(self.workdir / "cache" / "rerank"), embedder=embedder, llm=llm
-            )
-        return self._reranker
-
-    @property
-    def _depth(self) -> int:
-        """Hits per first-stage search: k, or the prefetch a reranker chooses from."""
-        r = self.config.retrieval
-        return r.k if self.config.rerank.method == "none" else max(r.k, r.prefetch)
-
-    def _first_stage(self, texts: list[str], dense: np.ndarray | None = None) -> list[list[Hit]]:
-        """Search the index for ``texts``; ``dense`` replaces their query vectors (HyDE)."""
-        r = self.config.retrieval
-        depth = self._depth
-        key = self.key
-        if self._bm25 is None:
-            raise ComposerError("index a corpus first: pipeline.index(corpus)")
-        if r.mode == "bm25":
-            return self.backend.search_bm25(key, self._bm25.encode_queries(texts), depth)
-        if dense is None:
-            dense = self.embedder.encode_queries(texts)
-        if r.mode == "dense":
-            return self.backend.search_dense(key, dense, depth)
-        sparse = self._bm25.encode_queries(texts)
-        return self.backend.search_hybrid(
-            key, dense, sparse, depth, fusion=r.fusion, prefetch=max(r.prefetch, depth), rrf_k=r.rrf_k
-        )
+        return self.workspace.client(config)

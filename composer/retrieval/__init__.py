@@ -1,4 +1,4 @@
-"""Second-stage ordering of retrieved chunks (rerankers); first-stage search lives in ``composer.index``."""
+"""Everything before an answer: query expansion, first-stage candidates, fusion, reranking, ranking."""
 
 from composer.retrieval.rerank import (
     CrossEncoderReranker,

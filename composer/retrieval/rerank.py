@@ -18,8 +18,8 @@ from composer.errors import ComposerError
 from composer.pipeline.config import RerankConfig
 
 if TYPE_CHECKING:
-    from composer.generation.rerank import LLMReranker
     from composer.llm.client import LLMClient
+    from composer.retrieval.llm_rerank import LLMReranker
 
 
 class Reranker(Protocol):
@@ -117,6 +117,9 @@ class MmrReranker:
     rankings instead of replacing them with dense similarity; redundancy is the cosine between chunk
     embeddings. ``lam`` = 1 keeps the retriever's order; lower values trade relevance for diversity,
     which helps when overlapping chunks of one paragraph would otherwise fill the top k.
+
+    Its scores are the MMR order itself (k for the first pick down to 1), since a ranking is kept sorted
+    by score.
     """
 
     def __init__(self, embedder: CachedEmbedder, lam: float) -> None:
@@ -131,7 +134,9 @@ class MmrReranker:
                 continue
             docs = self._embedder.encode_passages([h.text or "" for h in hits])
             relevance = _min_max([h.score for h in hits])
-            out.append([hits[i] for i in mmr_order(relevance, docs, self._lam, k)])
+            order = mmr_order(relevance, docs, self._lam, k)
+            # Scores that keep MMR's order wherever the ranking is re-sorted by score (as metrics do).
+            out.append([replace(hits[i], score=float(len(order) - rank)) for rank, i in enumerate(order)])
         return out
 
 
@@ -156,8 +161,8 @@ def mmr_order(relevance: np.ndarray, docs: np.ndarray, lam: float, k: int) -> li
 
 
 class LLMRerank:
-    """The LLM reranker (``composer.generation.LLMReranker``) as a pipeline stage: one concurrent batch of
-    calls per block of queries, failures keeping the retriever's order."""
+    """The LLM reranker (``composer.retrieval.llm_rerank.LLMReranker``) as a pipeline stage: one concurrent
+    batch of calls per block of queries, failures keeping the retriever's order."""
 
     def __init__(self, reranker: LLMReranker) -> None:
         self._reranker = reranker
@@ -177,7 +182,7 @@ def make_reranker(
     if cfg.method == "llm":
         if llm is None:
             raise ComposerError("rerank 'llm' needs an LLM client: set generation.model or rerank.model")
-        from composer.generation.rerank import LLMReranker
+        from composer.retrieval.llm_rerank import LLMReranker
 
         return LLMRerank(LLMReranker(llm, cfg.mode, cfg.top_n))
     if cfg.method == "cross-encoder":

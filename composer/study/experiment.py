@@ -10,11 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from composer.errors import ConfigError, config_error
 from composer.judges.config import JudgeConfig
 from composer.llm.config import LLMConfig
+from composer.synth.config import SynthConfig
 from composer.yamlfile import read_yaml
 
 DEFAULT_WORKDIR = Path(".composer")
@@ -40,6 +41,19 @@ class ObjectiveConfig(_Strict):
     secondary: list[Literal["latency_ms", "context_tokens"]] = Field(
         default_factory=list, description="Extra objectives to minimize; more than one objective -> NSGA-II."
     )
+
+    @field_validator("metrics")
+    @classmethod
+    def _known_metrics(cls, metrics: dict[str, float]) -> dict[str, float]:
+        from composer.study.objective import known_metrics, unknown_metric  # it imports this module
+
+        unknown = [m for m in metrics if unknown_metric(m)]
+        if unknown:
+            raise ValueError(
+                f"unknown metric {unknown[0]!r}; known: {', '.join(known_metrics())} "
+                "(retrieval metrics are read at k, or name one with its cutoff, e.g. recall@5)"
+            )
+        return metrics
 
     @model_validator(mode="after")
     def _positive_weights(self) -> ObjectiveConfig:
@@ -82,6 +96,23 @@ class SplitConfig(_Strict):
     seed: int = 0
 
 
+class StopConfig(_Strict):
+    """When failing trials end a study. A fault (a dead endpoint, a broken store, a bad key) fails every
+    trial alike, and failed trials hold none of the ``n_trials``: without a limit the study would loop,
+    and bill a paid LLM that answers 429, without end. Counted over the study's trials in number order,
+    leaving out what says nothing about the pipeline: repeats, invalid sampled combinations, trials whose
+    process died (retried) and surplus trials of racing workers."""
+
+    consecutive_failures: int | None = Field(
+        default=3, ge=1, description="Stop after this many failed trials in a row (null: never)."
+    )
+    failed_share: float | None = Field(
+        default=0.5, gt=0.0, le=1.0,
+        description="Stop when more than this share of the trials failed, from the 10th trial on "
+        "(null: never).",
+    )
+
+
 class MlflowConfig(_Strict):
     tracking_uri: str | None = Field(default=None, description="Default: sqlite:///<workdir>/mlflow.db")
     experiment: str | None = Field(default=None, description="MLflow experiment; default the study name.")
@@ -92,10 +123,13 @@ class MlflowConfig(_Strict):
     )
 
 
+SYNTH_SPLIT = {"held_out": 0.3, "seed": 0}
+
+
 class ExperimentConfig(_Strict):
     name: str = Field(min_length=1, pattern=r"^[\w.\-]+$")
     corpus: Path
-    questions: Path
+    questions: Path | None = Field(default=None, description="The question set; or generate one (synth).")
     search_space: Path
     objective: ObjectiveConfig = ObjectiveConfig()
     sampler: SamplerConfig = SamplerConfig()
@@ -106,6 +140,7 @@ class ExperimentConfig(_Strict):
     split: SplitConfig | None = None
     storage: str | None = Field(default=None, description="Optuna RDB URL; default sqlite:///<workdir>/optuna.db")
     heartbeat_interval: int = Field(default=60, ge=1, description="Seconds; a trial silent for 2x is failed.")
+    stop: StopConfig = StopConfig()
     mlflow: MlflowConfig = MlflowConfig()
     qdrant: str | None = Field(default=None, description="Qdrant url or ':memory:'; default Qdrant Edge.")
     workdir: Path | None = None
@@ -120,11 +155,31 @@ class ExperimentConfig(_Strict):
         description="The judge (model defaults to llm.model, temperature 0), its metrics, correctness "
         "weights, blend/fallback and max_failure_share.",
     )
+    synth: SynthConfig | None = Field(
+        default=None,
+        description="A corpus without questions: generate the set (`composer synth`'s settings; llm "
+        "defaults to the llm: block), once per corpus and settings, held out 30% unless split says "
+        "otherwise.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _synth_defaults(cls, data: Any) -> Any:
+        """``synth:`` borrows the ``llm:`` block's model and holds questions out by default: a generated
+        set is what the winner was chosen on, so it is re-scored on questions it was not."""
+        if not isinstance(data, dict) or not isinstance(data.get("synth"), dict):
+            return data
+        synth = dict(data["synth"])
+        if "llm" not in synth and data.get("llm") is not None:
+            synth["llm"] = data["llm"]
+        return {**data, "synth": synth, "split": data.get("split", SYNTH_SPLIT)}
 
     @model_validator(mode="after")
     def _bounded(self) -> ExperimentConfig:
         if self.n_trials is None and self.timeout is None:
             raise ValueError("give n_trials, timeout or both: a study needs an end")
+        if (self.questions is None) == (self.synth is None):
+            raise ValueError("give questions (a file) or synth (generate them), one of the two")
         return self
 
     # Resolved locations --------------------------------------------------------------------------

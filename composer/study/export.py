@@ -15,8 +15,9 @@ import yaml
 
 from composer.errors import InputError
 from composer.files import write_atomic
+from composer.redact import scrub, scrub_url
 from composer.study.leaderboard import STUDY_ATTR, ranked_trials
-from composer.study.tracking import scrub, scrub_url
+from composer.study.record import TrialRecord
 
 if TYPE_CHECKING:
     import optuna
@@ -37,7 +38,8 @@ def best_trial(study: optuna.Study, number: int | None = None) -> optuna.trial.F
     if number not in trials:
         raise InputError(f"study '{study.study_name}' has no trial #{number}", field="trial")
     trial = trials[number]
-    if trial.state != TrialState.COMPLETE or "config" not in trial.user_attrs:
+    record = TrialRecord.of(trial)
+    if trial.state != TrialState.COMPLETE or record is None or record.composite is None:
         raise InputError(f"trial #{number} did not complete ({trial.state.name})", field="trial")
     return trial
 
@@ -47,6 +49,8 @@ def export_document(study: optuna.Study, trial: optuna.trial.FrozenTrial, storag
     from composer.study.study import composer_version
 
     info = study.user_attrs.get(STUDY_ATTR, {})
+    record = TrialRecord.of(trial)
+    assert record is not None
     provenance = {
         "study": study.study_name,
         "trial": trial.number,
@@ -57,13 +61,13 @@ def export_document(study: optuna.Study, trial: optuna.trial.FrozenTrial, storag
         "questions_fingerprint": info.get("questions_fingerprint"),
         "selection_fingerprint": info.get("selection_fingerprint"),
         "split": info.get("split"),
-        "index_key": trial.user_attrs.get("index_key"),
+        "index_key": record.index.key if record.index is not None else None,
         "composer_version": composer_version(),
         "exported_at": datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
     }
     doc: dict[str, Any] = {
-        "pipeline": trial.user_attrs["config"],
-        "scores": {k: _plain(v) for k, v in trial.user_attrs.get("metrics", {}).items()},
+        "pipeline": dict(record.config),
+        "scores": {k: _plain(v) for k, v in record.metrics.items()},
         "objective": {"k_eval": info.get("k_eval"), "weights": study.user_attrs.get("objective_weights")},
         "provenance": provenance,
     }
@@ -121,10 +125,10 @@ def main(argv: list[str]) -> int:
     pipeline = Pipeline.from_config(PipelineConfig.from_dict(CONFIG))
     pipeline.index(load_corpus(argv[0]))
     questions = [Question(id=str(i), question=text) for i, text in enumerate(argv[1:])]
-    run = pipeline.retrieve(questions)
-    answers = pipeline.answer(questions, run)
-    for q in questions:
-        hits, answer = run[q.id], answers[q.id]
+    ranking, _ = pipeline.rank(questions)
+    answers = pipeline.answer(questions, ranking)
+    for row, q in enumerate(questions):
+        hits, answer = ranking.hits(row), answers[q.id]
         print(f"? {{q.question}}")
         if answer.failed:
             print(f"  answer failed: {{answer.result.error if answer.result else 'no reply'}}")

@@ -6,6 +6,8 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from composer.study.record import TrialRecord
+
 if TYPE_CHECKING:
     import optuna
     import pandas as pd
@@ -32,14 +34,15 @@ def leaderboard(study: optuna.Study) -> pd.DataFrame:
     for t in study.get_trials(deepcopy=False):
         if t.state in (TrialState.RUNNING, TrialState.WAITING):
             continue
-        metrics: Mapping[str, float] = t.user_attrs.get("metrics", {})
+        record = TrialRecord.of(t)
+        metrics: Mapping[str, float] = record.metrics if record is not None else {}
         row: dict[str, Any] = {"trial": t.number, "state": t.state.name,
                                "composite": metrics.get("composite")}
         for name in headline_metrics(k):
             row[name] = metrics.get(name)
         row["config"] = describe_params(t.params)
-        row["duplicate_of"] = t.user_attrs.get("duplicate_of")
-        row["index_key"] = t.user_attrs.get("index_key")
+        row["duplicate_of"] = record.duplicate_of if record is not None else None
+        row["index_key"] = record.index.key if record is not None and record.index is not None else None
         row["seconds"] = t.duration.total_seconds() if t.duration is not None else None
         rows.append(row)
     columns = ["trial", "state", "composite", *headline_metrics(k), "config", "duplicate_of", "index_key",
@@ -61,12 +64,11 @@ def ranked_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 
     seen: set[str] = set()
     out = []
-    trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if "composite" in t.user_attrs.get("metrics", {})]
-    for t in sorted(trials, key=lambda t: (-t.user_attrs["metrics"]["composite"], t.number)):
-        digest = t.user_attrs.get("config_hash", str(t.number))
-        if digest not in seen:
-            seen.add(digest)
+    scored = [(t, record) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+              if (record := TrialRecord.of(t)) is not None and record.composite is not None]
+    for t, record in sorted(scored, key=lambda pair: (-(pair[1].composite or 0.0), pair[0].number)):
+        if record.config_hash not in seen:
+            seen.add(record.config_hash)
             out.append(t)
     return out
 

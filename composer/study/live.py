@@ -1,12 +1,18 @@
-"""The live view of `composer optimize`: one line per finished trial and a status line (x/N, best, ETA)."""
+"""The live view of `composer optimize`: one line per finished trial, and a status line (x/N, best, ETA,
+and the running trial's progress: questions retrieved, answered, judged), so a study on a slow local LLM
+never looks frozen."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from rich.markup import escape
+
 from composer.study.leaderboard import describe_params
+from composer.study.record import TrialRecord
 
 if TYPE_CHECKING:
     import optuna
@@ -15,7 +21,8 @@ if TYPE_CHECKING:
 
 
 class StudyProgress:
-    """An Optuna callback drawing progress with Rich; ``target`` is the trial count the study aims for."""
+    """An Optuna callback drawing progress with Rich; ``target`` is the trial count the study aims for.
+    ``stage`` is the running trial's ``StageHook``."""
 
     def __init__(self, console: Console, target: int | None, done: int, timeout: float | None = None) -> None:
         self.console = console
@@ -25,6 +32,7 @@ class StudyProgress:
         self.started = time.monotonic()
         self.finished_here = 0
         self.best: str = "–"
+        self.running: dict[str, tuple[int, int]] | None = None
         self._live: Live | None = None
 
     def __enter__(self) -> StudyProgress:
@@ -34,41 +42,56 @@ class StudyProgress:
         self._live.__enter__()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._live is not None:
             self._live.__exit__(kind, exc, tb)
             self._live = None
 
-    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+    def stage(self, name: str, done: int, total: int) -> None:
+        """A running trial's progress: ``done`` of ``total`` questions through stage ``name``."""
+        if self.running is None:
+            self.running = {}
+        self.running[name] = (done, total)
+
+    def __call__(
+        self, study: optuna.Study, trial: optuna.trial.FrozenTrial, trials: Sequence[optuna.trial.FrozenTrial]
+    ) -> None:
+        """A ``TrialHook`` (``composer.study._optimize``): one line for the trial that ended."""
         from optuna.trial import TrialState
 
-        if trial.state in (TrialState.COMPLETE, TrialState.PRUNED) and "duplicate_of" not in trial.user_attrs:
-            self.done += 1  # a repeat does not use up one of the n_trials (see composer.study.study)
+        record = TrialRecord.of(trial)
+        repeat = record.duplicate_of if record is not None else None
+        if trial.state in (TrialState.COMPLETE, TrialState.PRUNED) and repeat is None:
+            self.done += 1  # a repeat does not use up one of the n_trials (see composer.study._optimize)
         self.finished_here += 1
-        self._update_best(study)
+        self.running = None
+        self._update_best(trials)
         value = "–" if trial.values is None else ", ".join(f"{v:.4f}" for v in trial.values)
         note = ""
-        if "duplicate_of" in trial.user_attrs:
-            note = f" [dim](same config as #{trial.user_attrs['duplicate_of']})[/dim]"
-        elif trial.state == TrialState.PRUNED:
-            at = trial.user_attrs.get("pruned_at", {}).get("questions", "?")
-            note = f" [dim](pruned after {at} questions)[/dim]"
+        if repeat is not None:
+            note = f" [dim](same config as #{repeat})[/dim]"
+        elif trial.state == TrialState.PRUNED and record is not None and record.pruned_at is not None:
+            note = f" [dim](pruned after {record.pruned_at.questions} questions)[/dim]"
         elif trial.state == TrialState.FAIL:
-            note = f" [red]{trial.user_attrs.get('error', 'failed')}[/red]"
+            error = (record.error if record is not None else None) or "its process died"
+            note = f" [red]{escape(error.splitlines()[0][:300])}[/red]"
         seconds = trial.duration.total_seconds() if trial.duration else 0.0
-        self.console.print(f"#{trial.number:<3} {trial.state.name:<8} {value:<8} {seconds:6.1f}s  "
-                           f"{describe_params(trial.params)}{note}", highlight=False)
+        self.console.print(
+            f"#{trial.number:<3} {trial.state.name:<8} {value:<8} {seconds:6.1f}s  "
+            f"{escape(describe_params(trial.params))}{note}",
+            highlight=False,
+        )
 
     def __rich__(self) -> str:
-        """Re-rendered at every refresh, so elapsed time and ETA tick between trials."""
+        """Re-rendered at every refresh, so elapsed time, ETA and the running trial's counts tick."""
         return self._status()
 
-    def _update_best(self, study: optuna.Study) -> None:
+    def _update_best(self, trials: Sequence[optuna.trial.FrozenTrial]) -> None:
         from optuna.trial import TrialState
 
-        complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                    if t.values is not None]
+        complete = [t for t in trials if t.state == TrialState.COMPLETE and t.values is not None]
         if complete:
             best = max(complete, key=lambda t: t.values[0])
             self.best = f"{best.values[0]:.4f} (#{best.number})"
@@ -82,8 +105,14 @@ class StudyProgress:
             eta = _clock(elapsed / self.finished_here * left)
         if self.timeout is not None:
             eta = f"{eta} (timeout in {_clock(max(self.timeout - elapsed, 0))})"
-        return (f"[bold]trial {self.done}{of}[/bold] · best {self.best} · elapsed {_clock(elapsed)}"
-                f" · ETA {eta}")
+        line = (
+            f"[bold]trial {self.done}{of}[/bold] · best {self.best} · elapsed {_clock(elapsed)} · ETA {eta}"
+        )
+        if self.running:
+            line += " · running: " + ", ".join(
+                f"{name} {done}/{total}" for name, (done, total) in self.running.items()
+            )
+        return line
 
 
 def _clock(seconds: float) -> str:

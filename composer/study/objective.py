@@ -1,17 +1,18 @@
 """The composite objective: a weighted mean of quality metrics read at one fixed cutoff.
 
 The cutoff is the experiment's, never the trial's own ``retrieval.k``: recall@k grows with k, so scoring
-each trial at its own k always crowns the largest k (the k trap, ``DESIGN.md``). What a larger k costs
-enters as its own objectives (``context_tokens``, ``latency_ms``), for NSGA-II to trade off.
+each trial at its own k always crowns the largest k (the k trap). What a larger k costs enters as its own
+objectives (``context_tokens``, ``latency_ms``), for NSGA-II to trade off.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
+from composer.data.types import Question
 from composer.errors import ConfigError
 from composer.metrics.retrieval import RETRIEVAL_METRICS, metric_key
 from composer.study.experiment import SECONDARY_DIRECTIONS, ObjectiveConfig
@@ -22,6 +23,51 @@ logger = logging.getLogger(__name__)
 # token-level F1 against the gold answers for correctness, and the share of answer tokens found in the
 # retrieved contexts for faithfulness.
 STAND_INS: dict[str, str] = {"answer_correctness": "token_f1", "faithfulness": "faithfulness_overlap"}
+
+ANSWER_METRICS: tuple[str, ...] = ("token_f1", "exact_match", "faithfulness_overlap", "answer_refusal_rate",
+                                   "refusal_accuracy")
+"""Deterministic metrics of an answer: free, but only with answers (which a retrieval-only study skips)."""
+
+
+def known_metrics() -> list[str]:
+    """Every metric name an objective may weigh (retrieval metrics also as ``name@k``)."""
+    from composer.judges.panel import JUDGE_METRICS
+
+    return [*RETRIEVAL_METRICS, *ANSWER_METRICS, *JUDGE_METRICS, "grounded"]
+
+
+def unknown_metric(name: str) -> bool:
+    """A name no study could ever score: a typo, which must not silently drop out of the objective."""
+    base, at, k = name.partition("@")
+    if at:
+        return base not in RETRIEVAL_METRICS or not k.isdigit() or int(k) < 1
+    return name not in known_metrics()
+
+
+def available_metrics(questions: Iterable[Question], ks: Iterable[int], judged: Iterable[str]) -> set[str]:
+    """Every metric a study on ``questions`` can score: retrieval metrics at each cutoff, the answer metrics
+    its labels allow (gold answers for F1 and exact match, unanswerable questions for refusal accuracy),
+    and the ``judged`` metrics of its judge (``grounded`` with faithfulness)."""
+    items = list(questions)
+    out = {metric_key(name, k) for name in RETRIEVAL_METRICS for k in ks}
+    out |= {"faithfulness_overlap", "answer_refusal_rate"}
+    if any(q.gold_answers for q in items):
+        out |= {"token_f1", "exact_match"}
+    if any(not q.gold_answers for q in items):
+        out.add("refusal_accuracy")
+    judged = set(judged)
+    out |= judged | ({"grounded"} if "faithfulness" in judged else set())
+    return out
+
+
+def needs_answers(objective: Objective) -> bool:
+    """Whether any weighted metric reads an answer (retrieval-only objectives generate none)."""
+    return any(not _is_retrieval(key) for key in objective.weights)
+
+
+def _is_retrieval(key: str) -> bool:
+    name, at, k = key.partition("@")
+    return bool(at) and name in RETRIEVAL_METRICS and k.isdigit()
 
 
 @dataclass(frozen=True)

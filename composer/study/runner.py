@@ -1,4 +1,5 @@
-"""One trial: sample a config, build or reuse its index, retrieve, answer, judge, score in batches, report.
+"""One trial: sample a config, index (or reuse), rank, answer and judge what the objective needs, score,
+report to the pruner, hand the result to the MLflow writer.
 
 Questions are scored in fixed-order batches and the running objective is reported after each one, so an
 Optuna pruner compares trials on the same questions at the same step and can stop a poor trial early.
@@ -13,8 +14,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cached_property
 from pathlib import Path
@@ -22,13 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from composer.data.types import Corpus, QuestionSet
 from composer.errors import ComposerError
-from composer.evaluation import EvaluationReport
-from composer.evaluation.pipeline import (
+from composer.evaluation.report import EvaluationReport
+from composer.evaluation.scoring import (
     DEFAULT_KS,
     BatchHook,
     Judging,
-    RetrievalPipeline,
+    RankingPipeline,
     Scored,
+    StageHook,
     make_judging,
     score_pipeline,
     usage_metrics,
@@ -36,30 +38,23 @@ from composer.evaluation.pipeline import (
 from composer.judges import JudgeConfig
 from composer.llm import LLMConfig, Usage, track_usage
 from composer.pipeline.config import PipelineConfig
+from composer.redact import scrub_url
 from composer.study.experiment import ObjectiveConfig
-from composer.study.objective import Objective
+from composer.study.objective import Objective, available_metrics, needs_answers
+from composer.study.record import IndexUse, PrunedAt, TrialLog, TrialRecord
 from composer.study.space import SearchSpace
 
 if TYPE_CHECKING:
     import optuna
 
-    from composer.study.tracking import StudyTracker
-
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "LLM_USAGE_ATTR",
-    "StudyData",
-    "TrialLog",
-    "TrialRunner",
-    "config_hash",
-    "flat_metrics",
-    "pruned_metrics",
-]
-
 USAGE_METRICS = frozenset(Usage().to_dict())
-LLM_USAGE_ATTR = "llm_usage"
-"""Trial user attribute: the trial's own LLM spending (``usage_metrics``), summed into the study's."""
+TRACED = 25
+"""Questions whose generation details a TrialLog carries for MLflow traces, at most."""
+
+Sink = Callable[[TrialLog], None]
+"""Receives every trial's log when it ends (the MLflow writer's queue)."""
 
 
 def config_hash(config: PipelineConfig) -> str:
@@ -78,13 +73,6 @@ def flat_metrics(scored: Scored, objective: Objective) -> dict[str, float]:
     return out
 
 
-def pruned_metrics(steps: list[float], pruned_at: Mapping[str, int]) -> dict[str, float]:
-    """A pruned trial's scores, named apart from a complete trial's ``composite``: a running composite
-    over the first questions is no result to rank beside the composite over all of them."""
-    return {"composite_at_prune": steps[-1], "pruned_at_step": float(pruned_at["step"]),
-            "pruned_at_questions": float(pruned_at["questions"])}
-
-
 @dataclass
 class StudyData:
     """What every trial of a study shares: the data, the space, the objective, where indexes live, and
@@ -94,7 +82,7 @@ class StudyData:
     corpus: Corpus
     questions: QuestionSet
     space: SearchSpace
-    objective: ObjectiveConfig
+    objective_config: ObjectiveConfig
     workdir: Path
     qdrant: str | None = None
     batch_size: int = 50
@@ -104,12 +92,13 @@ class StudyData:
     def __post_init__(self) -> None:
         if self.llm is not None:  # the space's own generation settings win over the llm: block's
             self.space = self.space.under({"generation": generation_defaults(self.llm)})
+        self.space.check_conditions()
 
     @property
     def ks(self) -> tuple[int, ...]:
-        return tuple(sorted({*DEFAULT_KS, self.objective.k}))
+        return tuple(sorted({*DEFAULT_KS, self.objective_config.k}))
 
-    def pipeline(self, config: PipelineConfig) -> RetrievalPipeline:
+    def pipeline(self, config: PipelineConfig) -> RankingPipeline:
         from composer.pipeline.pipeline import Pipeline
 
         return Pipeline.from_config(config, workdir=self.workdir, qdrant=self.qdrant, llm=self.llm)
@@ -121,13 +110,66 @@ class StudyData:
         judge = self.judge if self.judge is not None else (JudgeConfig() if self.llm is not None else None)
         if judge is None:
             return None
-        return make_judging(judge, self.llm, self.workdir, also=list(self.objective.metrics))
+        return make_judging(judge, self.llm, self.workdir, also=list(self.objective_config.metrics))
 
-    def score(self, pipeline: RetrievalPipeline, questions: QuestionSet, *, batch_size: int | None = None,
-              on_batch: BatchHook | None = None) -> Scored:
+    @cached_property
+    def objective(self) -> Objective:
+        """The objective over the metrics this study can score: they depend on the data and the judge,
+        never on a trial, so it is resolved (and its substitutions warned about) once."""
+        judged = self.judging.settings.metrics if self.judging is not None else ()
+        return Objective.resolve(self.objective_config, available_metrics(self.questions, self.ks, judged))
+
+    def llm_endpoints(self) -> list[LLMConfig]:
+        """Every LLM a trial may call: each generator its space can pick, when trials answer, expand queries
+        or rerank with it, and the judge."""
+        from composer.pipeline.config import GenerationConfig
+
+        possible = self.space.possible
+        generates = self.answers or "llm" in possible("rerank.method") or any(
+            method != "none" for method in possible("query_expansion.method")
+        )
+        base = self.space.base()["generation"]
+        sections = [base] if generates else []
+        for dim in self.space.dimensions if generates else ():
+            if dim.key == "generation" and dim.bundles:
+                sections += [{**base, **bundle} for bundle in dim.bundles.values()]
+            elif dim.key == "generation.model":
+                sections += [{**base, "model": model} for model in dim.choices]
+        out = [
+            config
+            for section in sections
+            if (config := GenerationConfig.model_validate(section).llm_config(self.llm)) is not None
+        ]
+        if self.judging is not None:
+            out.append(self.judging.client.config)
+        return out
+
+    @property
+    def answers(self) -> bool:
+        """Whether trials answer the questions: only when a judge or a weighted metric reads answers."""
+        return self.judging is not None or needs_answers(self.objective)
+
+    def score(
+        self,
+        pipeline: RankingPipeline,
+        questions: QuestionSet,
+        *,
+        batch_size: int | None = None,
+        on_batch: BatchHook | None = None,
+        on_stage: StageHook | None = None,
+    ) -> Scored:
         """Score an indexed pipeline on ``questions`` (the selection, or the held-out set) as trials do."""
-        return score_pipeline(pipeline, questions, self.corpus, judging=self.judging, ks=self.ks,
-                              batch_size=batch_size or self.batch_size, on_batch=on_batch)
+        return score_pipeline(
+            pipeline,
+            questions,
+            self.corpus,
+            judging=self.judging,
+            ks=self.ks,
+            batch_size=batch_size or self.batch_size,
+            answers=self.answers,
+            on_batch=on_batch,
+            on_stage=on_stage,
+        )
 
 
 def generation_defaults(llm: LLMConfig) -> dict[str, Any]:
@@ -138,12 +180,21 @@ def generation_defaults(llm: LLMConfig) -> dict[str, Any]:
 
 
 class TrialRunner:
-    """The Optuna objective: ``study.optimize(TrialRunner(data, tracker), ...)``."""
+    """The Optuna objective: ``study.optimize(TrialRunner(data, sink), ...)``; ``on_stage`` shows a
+    running trial's progress (questions retrieved, answered, judged)."""
 
-    def __init__(self, data: StudyData, tracker: StudyTracker | None = None) -> None:
+    def __init__(
+        self,
+        data: StudyData,
+        sink: Sink | None = None,
+        *,
+        worker: str | None = None,
+        on_stage: StageHook | None = None,
+    ) -> None:
         self.data = data
-        self.tracker = tracker
-        self.objective: Objective | None = None
+        self.sink = sink
+        self.worker = worker
+        self.on_stage = on_stage
 
     def __call__(self, trial: optuna.Trial) -> float | tuple[float, ...]:
         import optuna
@@ -152,123 +203,160 @@ class TrialRunner:
         try:
             config = self.data.space.sample(trial)
         except ComposerError as exc:  # an invalid combination of sampled values
-            trial.set_user_attr("error", str(exc))
-            if self.tracker is not None:
-                self.tracker.log_failed_trial(trial.number, trial.params, str(exc))
+            TrialRecord(dict(trial.params), "", self.worker, error=str(exc), failure="invalid").save(trial)
+            self._emit(
+                TrialLog(trial.number, dict(trial.params), started, "FAIL", tags={"composer.error": str(exc)})
+            )
             raise
-        digest = config_hash(config)
-        trial.set_user_attr("config", config.to_dict())
-        trial.set_user_attr("config_hash", digest)
-        earlier = _completed_with(trial.study, digest)
+        record = TrialRecord(config.to_dict(), config_hash(config), self.worker)
+        earlier = completed_with(trial.study, record.config_hash)
         if earlier is not None:
-            return self._repeat(trial, config, earlier, started)
-
+            return self._repeat(trial, record, config, earlier, started)
+        record.save(trial)  # the config is on the trial at once: a crash leaves it for the retry
         log = TrialLog(trial.number, config, started)
         steps: list[float] = []
+        last: list[EvaluationReport] = []
+        objective = self.data.objective
         with track_usage() as usage:
             try:
                 pipeline = self.data.pipeline(config)
                 info = pipeline.index(self.data.corpus)
-                for name in ("key", "n_chunks", "reused", "embeddings_computed", "embeddings_reused",
-                             "seconds"):
-                    trial.set_user_attr(f"index_{name}", getattr(info, name))
+                record = record.updated(
+                    index=IndexUse(
+                        info.key,
+                        info.n_chunks,
+                        info.reused,
+                        info.embeddings_computed,
+                        info.embeddings_reused,
+                        info.seconds,
+                    )
+                )
                 log.tags["composer.index_key"] = info.key
                 if self.data.judging is not None:
                     log.tags["composer.judge_model"] = self.data.judging.model
                 scored = self.data.score(
-                    pipeline, self.data.questions,
-                    on_batch=lambda step, report: self._step(trial, step, report, steps),
+                    pipeline,
+                    self.data.questions,
+                    on_stage=self.on_stage,
+                    on_batch=lambda step, report: self._step(trial, step, report, steps, last),
                 )
             except optuna.TrialPruned:
-                log.state, log.steps = "PRUNED", steps
-                log.metrics = {**pruned_metrics(steps, trial.user_attrs["pruned_at"]), **usage_metrics(usage)}
-                self._log(log)
+                pruned = PrunedAt(len(steps) - 1, len(last[-1]))
+                metrics = {
+                    "composite_at_prune": steps[-1],
+                    "pruned_at_step": float(pruned.step),
+                    "pruned_at_questions": float(pruned.questions),
+                }
+                record = record.updated(metrics=metrics, pruned_at=pruned, llm_usage=usage_metrics(usage))
+                record.save(trial)
+                log.state, log.steps, log.report = "PRUNED", steps, last[-1]
+                log.metrics = {**metrics, **usage_metrics(usage)}
+                self._emit(log)
                 raise
             except Exception as exc:
-                log.state = "FAIL"
-                log.tags["composer.error"] = f"{type(exc).__name__}: {exc}"[:4000]
-                trial.set_user_attr("error", log.tags["composer.error"])
-                log.metrics = usage_metrics(usage)
+                error = scrub_url(f"{type(exc).__name__}: {exc}")[:4000]
+                record.updated(error=error, failure="error", llm_usage=usage_metrics(usage)).save(trial)
+                log.state, log.metrics = "FAIL", usage_metrics(usage)
+                log.tags["composer.error"] = error
                 if usage.calls:
-                    log.error_rates = {**usage.error_rates(), "reason": log.tags["composer.error"]}
-                self._log(log)
+                    log.error_rates = {**usage.error_rates(), "reason": error}
+                self._emit(log)
                 raise
-            finally:
-                if usage.calls:  # whatever the trial's end, for the study's totals (a repeat spends none)
-                    trial.set_user_attr(LLM_USAGE_ATTR, usage_metrics(usage))
-        objective = self.objective_for(scored.report)
         metrics = flat_metrics(scored, objective)
-        trial.set_user_attr("metrics", metrics)
-        log.state, log.metrics, log.steps, log.scored = "COMPLETE", metrics, steps, scored
-        self._log(log)
+        record.updated(metrics=metrics, llm_usage=usage_metrics(usage),
+                       seconds=time_split(record, scored.seconds)).save(trial)
+        log.state, log.metrics, log.steps, log.report = "COMPLETE", metrics, steps, scored.report
+        log.answerer, log.judge = scored.answerer, scored.judge
+        log.generation = generation_details(scored, config, TRACED)
+        self._emit(log)
         values = objective.values(metrics)
         return values[0] if len(values) == 1 else values
 
-    def objective_for(self, report: EvaluationReport) -> Objective:
-        """The study's objective, resolved on the first report scored (a trial's first batch, or a
-        held-out re-score when no trial ran here): which metrics exist depends on the data (and the
-        judge), not the trial; a judged metric counts as available even if no sample scored it yet."""
-        if self.objective is None:
-            judged = self.data.judging.settings.metrics if self.data.judging is not None else ()
-            self.objective = Objective.resolve(self.data.objective, {*report.means(), *judged})
-        return self.objective
-
-    def _step(self, trial: optuna.Trial, step: int, report: EvaluationReport, steps: list[float]) -> None:
+    def _step(
+        self,
+        trial: optuna.Trial,
+        step: int,
+        report: EvaluationReport,
+        steps: list[float],
+        last: list[EvaluationReport],
+    ) -> None:
         import optuna
 
-        objective = self.objective_for(report)
+        objective = self.data.objective
         value = objective.composite(report.means())
         steps.append(value)
-        if objective.secondary:
-            return  # Optuna prunes single-objective studies only
+        last[:] = [report]
+        if objective.secondary or isinstance(trial.study.pruner, optuna.pruners.NopPruner):
+            return  # Optuna prunes single-objective studies only; without a pruner, nothing to report to
         trial.report(value, step)
         if trial.should_prune():
-            trial.set_user_attr("metrics", {"composite": value})
-            trial.set_user_attr("pruned_at", {"step": step, "questions": len(report.samples)})
-            raise optuna.TrialPruned(f"pruned after {len(report.samples)} questions (composite {value:.4f})")
+            raise optuna.TrialPruned(f"pruned after {len(report)} questions (composite {value:.4f})")
 
-    def _repeat(self, trial: optuna.Trial, config: PipelineConfig, earlier: optuna.trial.FrozenTrial,
-                started: datetime) -> float | tuple[float, ...]:
+    def _repeat(
+        self,
+        trial: optuna.Trial,
+        record: TrialRecord,
+        config: PipelineConfig,
+        earlier: optuna.trial.FrozenTrial,
+        started: datetime,
+    ) -> float | tuple[float, ...]:
         """Answer a repeated configuration with the result already in the study."""
-        trial.set_user_attr("duplicate_of", earlier.number)
-        metrics = dict(earlier.user_attrs.get("metrics", {}))
-        trial.set_user_attr("metrics", metrics)
-        for name, value in earlier.user_attrs.items():
-            if name.startswith("index_"):
-                trial.set_user_attr(name, value)
+        first = TrialRecord.of(earlier)
+        assert first is not None and earlier.values is not None
+        record.updated(duplicate_of=earlier.number, metrics=first.metrics, index=first.index).save(trial)
         # The repeat's scores are the earlier trial's, its LLM usage nothing: it made no call.
-        spent = {k: 0.0 for k in metrics if k in USAGE_METRICS or k.startswith("llm_failed_requests_")}
-        log = TrialLog(trial.number, config, started, state="COMPLETE", metrics={**metrics, **spent})
+        spent = {k: 0.0 for k in first.metrics if k in USAGE_METRICS or k.startswith("llm_failed_requests_")}
+        log = TrialLog(trial.number, config, started, state="COMPLETE", metrics={**first.metrics, **spent})
         log.tags["composer.duplicate_of"] = str(earlier.number)
-        log.tags["composer.index_key"] = str(earlier.user_attrs.get("index_key", ""))
-        self._log(log)
-        assert earlier.values is not None
+        if first.index is not None:
+            log.tags["composer.index_key"] = first.index.key
+        self._emit(log)
         return earlier.values[0] if len(earlier.values) == 1 else tuple(earlier.values)
 
-    def _log(self, log: TrialLog) -> None:
-        if self.tracker is not None:
-            self.tracker.log_trial(log)
+    def _emit(self, log: TrialLog) -> None:
+        if self.sink is not None:
+            self.sink(log)
 
 
-@dataclass
-class TrialLog:
-    """What the tracker records for one trial, whatever its end."""
-
-    number: int
-    config: PipelineConfig
-    started: datetime
-    state: str = "RUNNING"
-    metrics: Mapping[str, float] = field(default_factory=dict)
-    steps: list[float] = field(default_factory=list)
-    tags: dict[str, str] = field(default_factory=dict)
-    scored: Scored | None = None
-    error_rates: Mapping[str, Any] | None = None  # error_rates.json of a trial that failed before a report
+def time_split(record: TrialRecord, seconds: Mapping[str, float]) -> dict[str, float]:
+    """Where a trial's time went: the index, its searches, fusion and reranking (the rest of ranking),
+    answers, judges, metrics and the pruner's steps."""
+    out = {"index": record.index.seconds if record.index is not None else 0.0}
+    out.update(seconds)
+    out["fusion"] = max(out.pop("rank", 0.0) - out.get("search", 0.0), 0.0)
+    return {stage: round(value, 6) for stage, value in out.items()}
 
 
-def _completed_with(study: optuna.Study, digest: str) -> optuna.trial.FrozenTrial | None:
+def completed_with(study: optuna.Study, digest: str) -> optuna.trial.FrozenTrial | None:
+    """The first complete trial of configuration ``digest``, if any."""
     from optuna.trial import TrialState
 
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if t.user_attrs.get("config_hash") == digest and "metrics" in t.user_attrs:
+        record = TrialRecord.of(t)
+        if record is not None and record.config_hash == digest and record.composite is not None:
             return t
     return None
+
+
+def generation_details(scored: Scored, config: PipelineConfig, limit: int) -> dict[str, dict[str, Any]]:
+    """How the first ``limit`` questions' answers were generated: what their MLflow traces show."""
+    out: dict[str, dict[str, Any]] = {}
+    gen = config.generation
+    for qid in list(scored.report.table.question_ids)[:limit]:
+        answer = scored.answers.get(qid)
+        result = answer.result if answer is not None else None
+        details: dict[str, Any] = {"answerer": scored.answerer}
+        if result is not None:
+            details.update(
+                model=gen.model,
+                template=gen.template,
+                temperature=gen.temperature,
+                prompt_tokens=result.prompt_tokens,
+                completion_tokens=result.completion_tokens,
+                cached=result.cached,
+                attempts=result.attempts,
+            )
+            if result.error_kind is not None:
+                details["error"] = f"{result.error_kind}: {result.error}"
+        out[qid] = details
+    return out

@@ -18,6 +18,7 @@ dimensions:
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from pydantic.fields import FieldInfo
 
 from composer.errors import ConfigError, config_error
 from composer.pipeline.config import PipelineConfig
+from composer.redact import scrub_url
 from composer.yamlfile import read_yaml
 
 if TYPE_CHECKING:
@@ -37,6 +39,8 @@ Kind = Literal["categorical", "int", "float"]
 
 # A grid over an unstepped integer range is enumerated only when it stays this small.
 _MAX_GRID_AXIS = 200
+MAX_GRID = 1_000_000
+"""Configurations a grid may hold: past it a study could never finish."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,17 @@ class Dimension:
         n = round((self.high - self.low) / self.step)
         return [round(self.low + i * self.step, 10) for i in range(n + 1)]
 
+    def can_take(self, value: Any) -> bool:
+        """Whether a trial may sample ``value`` (a bundle's label for a bundle dimension)."""
+        if self.kind == "categorical":
+            return value in self.choices
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if not self.low <= value <= self.high:
+            return False
+        step = self.step or (1 if self.kind == "int" else None)
+        return step is None or math.isclose((value - self.low) / step, round((value - self.low) / step))
+
 
 @dataclass(frozen=True)
 class SearchSpace:
@@ -119,9 +134,62 @@ class SearchSpace:
         supplies the generator of every trial whose space does not choose one."""
         return SearchSpace(self.dimensions, _deep_merge(dict(defaults), self.defaults), self.source)
 
-    def grid(self) -> dict[str, list[Any]]:
-        """The axes for Optuna's GridSampler. Inactive axes yield duplicate configs, which trials skip."""
-        return {dim.key: dim.grid_values(self.source) for dim in self.dimensions}
+    def possible(self, key: str) -> list[Any]:
+        """Every value setting ``key`` (``section.name``) can take: its dimension's choices (or the top of
+        its range), those of bundles of its section, and the default, which applies where they do not."""
+        section, _, name = key.partition(".")
+        out: list[Any] = []
+        for dim in self.dimensions:
+            if dim.key == key:
+                out += list(dim.choices) if dim.kind == "categorical" else [dim.high]
+            elif dim.key == section and dim.bundles:
+                out += [bundle[name] for bundle in dim.bundles.values() if name in bundle]
+        return [*out, self.base()[section][name]]
+
+    def check_conditions(self) -> None:
+        """Every value a ``when`` names must be one its setting can take: a condition no configuration
+        meets (a typo, a value outside a range) would silently switch its dimension off for good."""
+        dims = {d.key: d for d in self.dimensions}
+        for dim in self.dimensions:
+            for cond, allowed in dim.when.items():
+                possible = self.possible(cond) if cond not in dims else None
+                for value in allowed:
+                    ok = dims[cond].can_take(value) if possible is None else value in possible
+                    if not ok:
+                        shown = possible if possible is not None else _describe(dims[cond])
+                        raise ConfigError(
+                            f"{cond} never takes the value {value!r} (possible: {shown}), so "
+                            f"'{dim.key}' would never be sampled",
+                            path=self.source,
+                            field=f"dimensions.{dim.key}.when.{cond}",
+                        )
+
+    def max_depth(self) -> int:
+        """The deepest first-stage search any configuration makes: the largest k, or the largest prefetch
+        where hybrid search or a reranker can be chosen."""
+        k = max(int(v) for v in self.possible("retrieval.k"))
+        prefetched = "hybrid" in self.possible("retrieval.mode") or any(
+            m != "none" for m in self.possible("rerank.method"))
+        return max(k, *(int(v) for v in self.possible("retrieval.prefetch"))) if prefetched else k
+
+    def grid(self) -> list[dict[str, Any]]:
+        """Every configuration the space allows, each once, as trial parameters: dimensions in order, one
+        whose ``when`` fails for the values chosen before it left out (no duplicate from its values)."""
+        points: list[dict[str, Any]] = [{}]
+        for dim in self.dimensions:
+            values = dim.grid_values(self.source)
+            grown: list[dict[str, Any]] = []
+            for point in points:
+                if self.active(dim, point):
+                    grown.extend({**point, dim.key: v} for v in values)
+                else:
+                    grown.append(point)
+            if len(grown) > MAX_GRID:
+                raise ConfigError(f"the grid would hold more than {MAX_GRID:,} configurations; "
+                                  "give fewer values or use tpe / random", path=self.source,
+                                  field="dimensions")
+            points = grown
+        return points
 
     def _current(self, key: str, params: Mapping[str, Any]) -> Any:
         """A dimension's parameter (a bundle's label), else the setting as sampled so far."""
@@ -138,6 +206,12 @@ class SearchSpace:
             if dim.key in params:
                 _set_path(data, dim.key, dim.value(params[dim.key]))
         return data
+
+
+def _describe(dim: Dimension) -> str:
+    if dim.kind == "categorical":
+        return ", ".join(repr(c) for c in dim.choices)
+    return f"{dim.low:g}..{dim.high:g}" + (f" step {dim.step:g}" if dim.step else "")
 
 
 def load_search_space(path: str | Path) -> SearchSpace:
@@ -202,6 +276,12 @@ def _parse_dimension(raw_key: str, spec: Any, earlier: Sequence[str], later: Seq
                               path=source, field=f"{where}.choices")
         for choice in choices:
             _check_value(target, choice, source, f"{where}.choices")
+            if isinstance(choice, str) and scrub_url(choice) != choice:
+                raise ConfigError(
+                    "a choice holds a credential, and the study storage keeps every choice: name the key's "
+                    "environment variable (api_key_env), or make the choices labelled bundles",
+                    path=source, field=f"{where}.choices",
+                )
         return Dimension(key, "categorical", tuple(choices), when=when)
     if isinstance(target, type) or target.annotation is not {"int": int, "float": float}[kind]:
         raise ConfigError(f"'{key}' is not {'an integer' if kind == 'int' else 'a float'} setting",
@@ -212,6 +292,9 @@ def _parse_dimension(raw_key: str, spec: Any, earlier: Sequence[str], later: Seq
         raise ConfigError("required for int and float dimensions", path=source,
                           field=f"{where}.{missing.args[0]}") from None
     step, log = spec.get("step"), bool(spec.get("log", False))
+    for name, v in (("low", low), ("high", high)):
+        if v is None:
+            raise ConfigError("required for int and float dimensions", path=source, field=f"{where}.{name}")
     for name, v in (("low", low), ("high", high), ("step", step)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
                               or (kind == "int" and not isinstance(v, int))):
@@ -221,6 +304,11 @@ def _parse_dimension(raw_key: str, spec: Any, earlier: Sequence[str], later: Seq
         raise ConfigError(f"low ({low}) is greater than high ({high})", path=source, field=where)
     if step is not None and step <= 0:
         raise ConfigError("must be positive", path=source, field=f"{where}.step")
+    if step is not None and not math.isclose((high - low) / step, round((high - low) / step), abs_tol=1e-9):
+        # Optuna would quietly cut high to the last step below it (low=1, high=10, step=50: only 1).
+        last = low + math.floor((high - low) / step) * step
+        raise ConfigError(f"high - low ({high - low:g}) is not a multiple of step ({step:g}); the last "
+                          f"value reached would be {last:g}", path=source, field=f"{where}.step")
     if log and (step is not None or low <= 0):
         raise ConfigError("a log-scaled dimension needs low > 0 and no step", path=source,
                           field=f"{where}.log")

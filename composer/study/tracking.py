@@ -1,10 +1,11 @@
 """MLflow records of a study: one parent run per study, one nested run per trial, per-question traces.
 
-The parent is found by its tag ``composer.study`` so a re-run continues it. Trial runs are written when
-a trial ends (complete, pruned or failed), so a crash leaves no half-written run; trials a crash cut off
-are recorded as FAILED runs when the study resumes. Secrets never reach MLflow: parameters whose name
-says key/token/secret/password are masked, as are credentials inside URLs; API keys are never in a config
-at all (``api_key_env`` names the variable holding one, and is kept when it looks like a variable name).
+``RunWriter`` does the MLflow work; a study runs it in a writer process (``composer.study.writer``), off
+the trials' path. The parent is elected through the Optuna storage (``ParentClaims``), so every worker
+and every re-run of a study logs under one, and a store emptied under a study is noticed. A trial run
+is written when the trial ends (complete, pruned or failed) and written again, replacing a partial one, if
+the writer died half-way: each trial number has one live run. Secrets never reach MLflow (see
+``composer.redact``).
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from composer.data.ranking import ChunkTable
 from composer.errors import InputError
-from composer.evaluation.pipeline import Scored
 from composer.files import write_atomic
 from composer.locks import FileLock
-from composer.pipeline.config import PipelineConfig
-from composer.study.runner import TrialLog
+from composer.redact import flatten, scrub, scrub_url
+from composer.store import sqlite_file
+from composer.study.record import TrialLog
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,60 +43,7 @@ TRIAL_TAG = "composer.trial"
 STATE_TAG = "composer.trial_state"
 RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
 
-_SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials"}
-_URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
-_ENV_VAR_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _METRIC_NAME = re.compile(r"[^\w\-. /]")
-MASK = "***"
-
-
-def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"chunking": {"size": 800}}`` -> ``{"chunking.size": 800}``."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(flatten(value, f"{name}."))
-        else:
-            out[name] = value
-    return out
-
-
-def is_secret_name(name: str) -> bool:
-    """A name with a word key/token/secret/password... (an index key names a collection: not secret)."""
-    lowered = name.lower()
-    if lowered.endswith("index_key"):
-        return False
-    return any(part in _SECRET_WORDS for part in re.split(r"[._\-\s]+", lowered))
-
-
-def scrub(values: Mapping[str, Any]) -> dict[str, Any]:
-    """Mask text under secret-looking names (at any depth) and user:password@ in URLs.
-
-    Only strings are masked: a secret is text, while numbers such as ``token_f1`` are scores.
-    """
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        if isinstance(value, str) and value and is_secret_name(str(key)) and not _names_variable(key, value):
-            out[key] = MASK
-        elif isinstance(value, Mapping):
-            out[key] = scrub(value)
-        elif isinstance(value, str):
-            out[key] = scrub_url(value)
-        else:
-            out[key] = value
-    return out
-
-
-def scrub_url(text: str) -> str:
-    """``text`` with the ``user:password@`` of every URL in it masked: storage and tracking URLs may carry
-    a database password, and what Composer prints often ends up in a log."""
-    return _URL_USERINFO.sub(MASK + "@", text)
-
-
-def _names_variable(key: Any, value: str) -> bool:
-    """``api_key_env: OPENAI_API_KEY`` names where the key is; an exported config needs it to work."""
-    return str(key).lower().endswith("_env") and bool(_ENV_VAR_NAME.match(value))
 
 
 def mlflow_metric_name(name: str) -> str:
@@ -102,16 +51,11 @@ def mlflow_metric_name(name: str) -> str:
     return _METRIC_NAME.sub("_", name.replace("@", "_at_"))
 
 
-PARENT_SETTLE_S = 2.0
-"""Seconds a worker that created a parent run on a tracking server waits before checking for a twin: a
-twin created later than that has a later start time, so every worker picks the same earliest one."""
-
-
 def is_local_store(tracking_uri: str) -> bool:
     return tracking_uri.startswith(("sqlite:", "file:")) or "://" not in tracking_uri
 
 
-class StudyTracker:
+class RunWriter:
     """Writes a study's MLflow runs; ``max_traces`` caps per-question traces per trial (None = all)."""
 
     def __init__(
@@ -120,31 +64,63 @@ class StudyTracker:
         experiment: str,
         study_name: str,
         *,
+        storage: str,
         artifact_root: Path | None = None,
         max_traces: int | None = None,
         study_params: Mapping[str, Any] | None = None,
     ) -> None:
+        """``storage`` is the study's Optuna storage URL, where its parent run is elected
+        (``ParentClaims``)."""
         import mlflow
         from mlflow import MlflowClient
         from mlflow.exceptions import MlflowException
 
-        if tracking_uri.startswith("sqlite:///"):
-            Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        from composer.study._storage import ParentClaims
+
+        if (file := sqlite_file(tracking_uri)) is not None:
+            file.parent.mkdir(parents=True, exist_ok=True)
         self.tracking_uri = tracking_uri
         self.study_name = study_name
         self.max_traces = max_traces
-        # The first client to open a new local store creates its tables: two workers starting together
-        # would corrupt that migration, and each would create a parent run. Locally both happen in turn.
+        self.claims = ParentClaims(storage, study_name, experiment)
         try:
+            self._check_local_store()
+            _check_server(tracking_uri)
+            # The first client to open a new local store creates its tables: two workers starting
+            # together would corrupt that migration, so locally it happens in turn.
             with _local_store_lock(tracking_uri):
                 self.client: MlflowClient = MlflowClient(tracking_uri)
                 self.experiment_id = self._experiment(experiment, artifact_root)
-                self.parent_run_id = self._parent(study_params or {})
+            self.parent_run_id = self._parent(study_params or {})
+            self.logged = self._logged_trials()
         except MlflowException as exc:  # an unsupported URI, a server that is down or refuses us
             reason = scrub_url(" ".join(str(exc.message).split()))[:500]
-            raise InputError(f"cannot use the MLflow store {scrub_url(tracking_uri)}: {reason}",
-                             field="mlflow.tracking_uri") from None
+            raise InputError(
+                f"cannot use the MLflow store {scrub_url(tracking_uri)}: {reason}",
+                field="mlflow.tracking_uri",
+            ) from None
+        finally:
+            self.claims.close()
         mlflow.set_tracking_uri(tracking_uri)  # traces and the fluent run context follow this URI
+        self._tables_logged: set[str] | None = None
+        self.traces_skipped = 0
+
+    def _check_local_store(self) -> None:
+        """A local SQLite store that is unreadable stops the study; an empty one too once the study has
+        logged to it (its runs are gone): MLflow would silently start a new history in either."""
+        from composer.store import sqlite_problem
+
+        file = sqlite_file(self.tracking_uri)
+        if file is None:
+            return
+        problem = sqlite_problem(file)
+        if problem is None or (problem.startswith("empty") and self.claims.get() is None):
+            return
+        raise InputError(
+            f"the MLflow store {file} is {problem}. Restore it from a backup; or move it aside and log "
+            "this study to another MLflow experiment (mlflow.experiment), its earlier runs then left out",
+            field="mlflow.tracking_uri",
+        )
 
     # Set-up ------------------------------------------------------------------------------------------
     def _experiment(self, name: str, artifact_root: Path | None) -> str:
@@ -169,30 +145,63 @@ class StudyTracker:
             return str(found.experiment_id)
 
     def _parent(self, params: Mapping[str, Any]) -> str:
-        """The study's parent run: the existing one (a resumed study), else a new one with study params.
+        """The study's parent run: the elected one (see ``ParentClaims``), else the one tagged with the
+        study (logged before elections existed), else a new one, elected atomically among workers.
 
-        Workers sharing a tracking server may each find none and each create one: every creator then
-        waits ``PARENT_SETTLE_S`` (so a parent created at the same moment elsewhere is visible), looks
-        again and keeps the earliest, deleting its own if it is not that one, so all log under one.
-        A local store needs no wait: its parent is found or created under a file lock.
+        The election outlives the MLflow store, so a store emptied or replaced under a study is an error,
+        as is a store holding a study's trials while its Optuna storage has none (optuna.db lost): either
+        way continuing would log trial numbers twice, or lose the earlier ones, without a word.
         """
-        found = self._parent_runs()
-        if found:
-            self.client.update_run(found[0], status="RUNNING")
-            return found[0]
-        run_id = str(self.client.create_run(
-            self.experiment_id,
-            run_name=self.study_name,
-            tags={STUDY_TAG: self.study_name, ROLE_TAG: "study"},
-        ).info.run_id)
-        if not is_local_store(self.tracking_uri):
-            time.sleep(PARENT_SETTLE_S)
-        first = self._parent_runs()[0]
-        if first != run_id:
-            self.client.delete_run(run_id)
-            return first
-        self.client.log_batch(run_id, params=_params(params))
-        return run_id
+        from mlflow.exceptions import MlflowException
+
+        elected = self.claims.get()
+        if elected is not None:
+            try:
+                run = self.client.get_run(elected)
+            except MlflowException:
+                run = None
+            if run is None or run.info.lifecycle_stage != "active":
+                raise InputError(
+                    f"the MLflow store {scrub_url(self.tracking_uri)} no longer holds run {elected}, the "
+                    f"parent of study '{self.study_name}': it was emptied, replaced or the run deleted. "
+                    "Restore the store (or the run: `mlflow runs restore`), or log this study to another "
+                    "MLflow experiment (mlflow.experiment)",
+                    field="mlflow.tracking_uri",
+                )
+            self._refuse_a_fresh_study_under(elected)
+            self.client.update_run(elected, status="RUNNING")
+            if params and not run.data.params:  # its elector died before it logged them
+                self.client.log_batch(elected, params=_params(params))
+            return elected
+        tagged = self._parent_runs()
+        if tagged:
+            self._refuse_a_fresh_study_under(tagged[0])
+            return self.claims.claim(tagged[0])
+        candidate = str(
+            self.client.create_run(
+                self.experiment_id,
+                run_name=self.study_name,
+                tags={STUDY_TAG: self.study_name, ROLE_TAG: "study"},
+            ).info.run_id
+        )
+        winner = self.claims.claim(candidate)
+        if winner != candidate:  # another worker's candidate was elected first
+            self.client.delete_run(candidate)
+            return winner
+        self.client.log_batch(candidate, params=_params(params))
+        return candidate
+
+    def _refuse_a_fresh_study_under(self, parent_run_id: str) -> None:
+        """A study with no trials whose parent run holds trials: its storage was lost or replaced, or
+        the study deleted and created again under its name. Its trial numbers would be logged twice.
+        The storage is read now, not when the study opened: another worker's trials count."""
+        if self._trial_runs(parent_run_id, limit=1) and not self.claims.study_has_trials():
+            raise InputError(
+                f"MLflow holds trials of study '{self.study_name}' under run {parent_run_id}, but its "
+                "Optuna storage has none: if the storage was lost or replaced, restore it; to start the "
+                "study again, give it a new --study-name",
+                field="storage",
+            )
 
     def _parent_runs(self) -> list[str]:
         """Ids of the study's live parent runs, earliest first (start time, then id: one order for all)."""
@@ -203,56 +212,104 @@ class StudyTracker:
         )
         return [str(r.info.run_id) for r in sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))]
 
-    # Trials ------------------------------------------------------------------------------------------
-    def logged_trials(self) -> dict[int, tuple[str, str]]:
-        """Trial number -> (run id, run status) of the runs already under this study's parent."""
-        runs = self.client.search_runs(
-            [self.experiment_id],
-            filter_string=f"tags.`mlflow.parentRunId` = '{self.parent_run_id}'",
-            max_results=50000,
+    def _trial_runs(self, parent_run_id: str, limit: int = 50000) -> list[Any]:
+        return list(
+            self.client.search_runs(
+                [self.experiment_id],
+                filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+                max_results=limit,
+            )
         )
-        return {int(r.data.tags[TRIAL_TAG]): (str(r.info.run_id), str(r.info.status))
-                for r in runs if TRIAL_TAG in r.data.tags}
 
-    def mark_failed(self, run_id: str, reason: str) -> None:
-        """Close a run its process left open when it died while logging."""
-        self.client.set_tag(run_id, STATE_TAG, "FAIL")
-        self.client.set_tag(run_id, "composer.error", reason)
-        self.client.set_terminated(run_id, status="FAILED")
+    def _logged_trials(self) -> dict[int, tuple[str, str]]:
+        """Trial number -> (run id, run status) of the runs already under this study's parent."""
+        runs = self._trial_runs(self.parent_run_id)
+        return {
+            int(r.data.tags[TRIAL_TAG]): (str(r.info.run_id), str(r.info.status))
+            for r in sorted(runs, key=lambda r: r.info.start_time)
+            if TRIAL_TAG in r.data.tags
+        }
 
-    def log_trial(self, log: TrialLog) -> str:
-        """One nested run: params, metrics (every metric at every k), tags, artifacts and traces."""
-        from mlflow.entities import Metric
+    # Trials ------------------------------------------------------------------------------------------
+    def write_trial(self, log: TrialLog, *, traces: bool = True) -> str:
+        """One nested run: params, metrics (every metric at every k), tags, artifacts and traces. A run the
+        trial already has is kept if it was finished, replaced if a writer died while writing it."""
+        from mlflow.entities import Metric, RunTag
 
-        run_id = self._trial_run(log.number, log.state, log.tags,
-                                 start_time=int(log.started.timestamp() * 1000))
+        known = self._replace(log.number)
+        if known is not None:
+            return known
+        tags = dict(log.tags)
+        duplicate = tags.get("composer.duplicate_of")
+        if duplicate is not None and int(duplicate) in self.logged:
+            tags["composer.duplicate_of_run"] = self.logged[int(duplicate)][0]
+        run_id = self._trial_run(log.number, log.state, tags, start_time=int(log.started.timestamp() * 1000))
         now = int(time.time() * 1000)
-        metrics = [Metric(mlflow_metric_name(k), float(v), now, 0) for k, v in log.metrics.items()
-                   if isinstance(v, int | float)]
+        metrics = [
+            Metric(mlflow_metric_name(k), float(v), now, 0)
+            for k, v in log.metrics.items()
+            if isinstance(v, int | float)
+        ]
         metrics += [Metric("running_composite", v, now, step) for step, v in enumerate(log.steps)]
-        self.client.log_batch(run_id, metrics=metrics, params=_params(log.config.to_dict()))
+        config = log.config_dict
+        traced = log.report is not None and traces and self.max_traces != 0
+        late = [] if traced or log.report is None or self.max_traces == 0 else [RunTag(
+            "composer.traces",
+            "skipped: the MLflow writer was behind the trials; every question is in traces.jsonl",
+        )]
+        self.client.log_batch(run_id, metrics=metrics, params=_params(config or {}), tags=late)
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp)
-            write_atomic(out / "config.yaml", yaml.safe_dump(scrub(log.config.to_dict()), allow_unicode=True,
-                                                             sort_keys=False))
-            if log.scored is not None:
-                log.scored.report.save(out)
+            if config is not None:
+                write_atomic(
+                    out / "config.yaml", yaml.safe_dump(scrub(config), allow_unicode=True, sort_keys=False)
+                )
+            if log.report is not None:
+                log.report.save(out, texts=False)
             elif log.error_rates is not None:
-                write_atomic(out / "error_rates.json",
-                             json.dumps(log.error_rates, ensure_ascii=False, indent=2) + "\n")
+                write_atomic(
+                    out / "error_rates.json",
+                    json.dumps(scrub(log.error_rates), ensure_ascii=False, indent=2) + "\n",
+                )
             self.client.log_artifacts(run_id, str(out))
-        if log.scored is not None and self.max_traces != 0:
+        if log.report is not None:
+            self._chunks(log.report)
+        if traced:
             self._traces(run_id, log)
+        self.traces_skipped += len(late)
         self.client.set_terminated(run_id, status=RUN_STATUS.get(log.state, "FAILED"))
+        self.logged[log.number] = (run_id, RUN_STATUS.get(log.state, "FAILED"))
         return run_id
 
-    def log_failed_trial(self, number: int, config: Mapping[str, Any] | None, reason: str) -> None:
-        """A FAILED run for a trial that never got as far as a pipeline: its sampled values were invalid,
-        or its process died (failed by heartbeat). ``config`` may be nested or flat (trial params)."""
-        run_id = self._trial_run(number, "FAIL", {"composer.error": reason})
-        if config:
-            self.client.log_batch(run_id, params=_params(config))
+    def write_lost(self, number: int, config: Mapping[str, Any] | None, reason: str) -> None:
+        """A FAILED run for a trial whose process died. A run it already has is closed as FAILED: one
+        half-written, or one written whole by a process that died before Optuna stored the trial's end
+        (Optuna's state is the truth: the trial is retried under another number)."""
+        found = self.logged.get(number)
+        if found is not None and found[1] == "FAILED":
+            return
+        if found is not None:
+            run_id = found[0]
+            self.client.set_tag(run_id, STATE_TAG, "FAIL")
+            self.client.set_tag(run_id, "composer.error", reason)
+        else:
+            run_id = self._trial_run(number, "FAIL", {"composer.error": reason})
+            if config:
+                self.client.log_batch(run_id, params=_params(config))
         self.client.set_terminated(run_id, status="FAILED")
+        self.logged[number] = (run_id, "FAILED")
+
+    def _replace(self, number: int) -> str | None:
+        """The finished run of trial ``number``, if it has one; a run left half-written is deleted."""
+        found = self.logged.get(number)
+        if found is None:
+            return None
+        run_id, status = found
+        if status != "RUNNING":
+            return run_id
+        self.client.delete_run(run_id)
+        del self.logged[number]
+        return None
 
     def _trial_run(self, number: int, state: str, tags: Mapping[str, str], **options: Any) -> str:
         """A new run for trial ``number`` nested under the study's parent; its tags scrubbed, as a trial's
@@ -260,77 +317,146 @@ class StudyTracker:
         run = self.client.create_run(
             self.experiment_id,
             run_name=f"trial-{number:03d}",
-            tags=scrub({"mlflow.parentRunId": self.parent_run_id, STUDY_TAG: self.study_name,
-                        ROLE_TAG: "trial", TRIAL_TAG: str(number), STATE_TAG: state, **tags}),
+            tags=scrub(
+                {
+                    "mlflow.parentRunId": self.parent_run_id,
+                    STUDY_TAG: self.study_name,
+                    ROLE_TAG: "trial",
+                    TRIAL_TAG: str(number),
+                    STATE_TAG: state,
+                    **tags,
+                }
+            ),
             **options,
         )
-        return str(run.info.run_id)
+        run_id = str(run.info.run_id)
+        self.logged[number] = (run_id, "RUNNING")
+        return run_id
+
+    def _chunks(self, report: Any) -> None:
+        """The texts of the index a trial searched, once per study under the parent run's ``chunks/``:
+        trial traces.jsonl name chunks by id instead of repeating every text in every trial."""
+        table = getattr(report.table.retrieved, "table", None)
+        if not isinstance(table, ChunkTable) or not table.key:
+            return
+        if self._tables_logged is None:
+            self._tables_logged = {
+                Path(a.path).stem for a in self.client.list_artifacts(self.parent_run_id, "chunks")
+            }
+        if table.key in self._tables_logged:
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / f"{table.key}.jsonl"
+            rows = (
+                json.dumps({"id": i, "doc_id": d, "text": t}, ensure_ascii=False) + "\n"
+                for i, d, t in zip(table.ids, table.doc_ids, table.texts, strict=True)
+            )
+            write_atomic(path, "".join(rows))
+            self.client.log_artifact(self.parent_run_id, str(path), "chunks")
+        self._tables_logged.add(table.key)
 
     def _traces(self, run_id: str, log: TrialLog) -> None:
-        """Per-question MLflow traces (spans retrieve, rerank, generate, judge) linked to the trial run."""
+        """Per-question MLflow traces (spans expand, retrieve, rerank, generate, judge) linked to the run."""
         import mlflow
 
-        scored = log.scored
-        assert scored is not None
-        samples = scored.report.samples
+        report = log.report
+        assert report is not None
+        samples = report.samples
         if self.max_traces is not None:
             samples = samples[: self.max_traces]
         with mlflow.start_run(run_id=run_id):
             for sample in samples:
-                self._trace(sample.question_id, sample.question, sample.answer, sample.metrics,
-                            sample.reasons, scored, log)
-            mlflow.flush_trace_async_logging()
+                self._trace(sample, log)
 
-    def _trace(self, qid: str, question: str, answer: str | None, metrics: Mapping[str, float | None],
-               reasons: Mapping[str, str], scored: Scored, log: TrialLog) -> None:
+    def _trace(self, sample: Any, log: TrialLog) -> None:
         import mlflow
         from mlflow.entities import SpanType
 
-        timing = scored.timings[qid]
-        hits = scored.run.get(qid, [])
-        docs = [{"id": h.id, "page_content": h.text or "", "metadata": {"doc_id": h.doc_id, "score": h.score}}
-                for h in hits]
-        cfg = log.config
-        t = timing.batch_start_ns
+        hits = sample.retrieved
+        docs = [
+            {"id": h.id, "page_content": h.text or "", "metadata": {"doc_id": h.doc_id, "score": h.score}}
+            for h in hits
+        ]
+        cfg = log.config_dict or {}
+        retrieval, rerank = cfg.get("retrieval", {}), cfg.get("rerank", {})
+        t = int(log.started.timestamp() * 1e9)
         root = mlflow.start_span_no_context(
-            "question", span_type=SpanType.CHAIN, inputs={"question": question, "question_id": qid},
-            experiment_id=self.experiment_id, start_time_ns=t,
-            tags={STUDY_TAG: self.study_name, TRIAL_TAG: str(log.number), "composer.question_id": qid},
+            "question",
+            span_type=SpanType.CHAIN,
+            inputs={"question": sample.question, "question_id": sample.question_id},
+            experiment_id=self.experiment_id,
+            start_time_ns=t,
+            tags={
+                STUDY_TAG: self.study_name,
+                TRIAL_TAG: str(log.number),
+                "composer.question_id": sample.question_id,
+            },
         )
-        amortized = {"composer.amortized_over_questions": timing.batch_size}
 
-        def child(name: str, kind: str, seconds: float, inputs: Any, outputs: Any,
-                  attributes: Mapping[str, Any]) -> int:
+        def child(
+            name: str, kind: str, seconds: float, inputs: Any, outputs: Any, attributes: Mapping[str, Any]
+        ) -> int:
             span: LiveSpan = mlflow.start_span_no_context(
-                name, span_type=kind, parent_span=root, inputs=inputs, attributes=dict(attributes),
+                name,
+                span_type=kind,
+                parent_span=root,
+                inputs=inputs,
+                attributes=dict(attributes),
                 start_time_ns=t,
             )
             end = t + int(seconds * 1e9)
             span.end(outputs=outputs, end_time_ns=end)
             return end
 
-        reranked = cfg.rerank.method != "none"
-        if cfg.query_expansion.method != "none":
-            t = child("expand", SpanType.LLM, timing.expand_s, {"query": question}, None,
-                      {"method": cfg.query_expansion.method, "n": cfg.query_expansion.n, **amortized})
-        t = child("retrieve", SpanType.RETRIEVER, timing.retrieve_s, {"query": question},
-                  {"candidates": "reranked below"} if reranked else docs,
-                  {"mode": cfg.retrieval.mode, "k": cfg.retrieval.k, **amortized})
+        latency = sample.latency
+        reranked = rerank.get("method", "none") != "none"
+        if "expand" in latency:
+            t = child(
+                "expand",
+                SpanType.LLM,
+                latency["expand"],
+                {"query": sample.question},
+                None,
+                {"method": cfg.get("query_expansion", {}).get("method")},
+            )
+        t = child(
+            "retrieve",
+            SpanType.RETRIEVER,
+            latency.get("retrieve", 0.0),
+            {"query": sample.question},
+            {"candidates": "reranked below"} if reranked else docs,
+            {"mode": retrieval.get("mode"), "k": retrieval.get("k")},
+        )
         if reranked:
-            t = child("rerank", SpanType.RERANKER, timing.rerank_s, {"query": question}, docs,
-                      {"method": cfg.rerank.method, "model": cfg.rerank.model or "", **amortized})
-        t = child("generate", SpanType.LLM if scored.answerer.startswith("llm:") else SpanType.CHAIN,
-                  timing.generate_s, {"question": question, "contexts": [h.id for h in hits]}, answer,
-                  _generation_attributes(scored, qid, cfg))
-        scores = {k: v for k, v in metrics.items() if v is not None}
-        judged: dict[str, Any] = {**amortized, "judge": scored.judge or "deterministic scorers"}
-        if reasons:
-            judged["reasons"] = dict(reasons)
-        t = child("judge", SpanType.EVALUATOR, timing.judge_s, {"answer": answer}, scores, judged)
-        root.end(outputs={"answer": answer}, end_time_ns=t)
+            t = child(
+                "rerank",
+                SpanType.RERANKER,
+                latency.get("rerank", 0.0),
+                {"query": sample.question},
+                docs,
+                {"method": rerank.get("method"), "model": rerank.get("model") or ""},
+            )
+        generation = dict(log.generation.get(sample.question_id, {"answerer": log.answerer}))
+        if "generate" in latency:
+            t = child(
+                "generate",
+                SpanType.LLM if log.answerer.startswith("llm:") else SpanType.CHAIN,
+                latency["generate"],
+                {"question": sample.question, "contexts": [h.id for h in hits]},
+                sample.answer,
+                generation,
+            )
+        scores = {k: v for k, v in sample.metrics.items() if v is not None}
+        judged: dict[str, Any] = {"judge": log.judge or "deterministic scorers"}
+        if sample.reasons:
+            judged["reasons"] = dict(sample.reasons)
+        t = child(
+            "judge", SpanType.EVALUATOR, latency.get("judge", 0.0), {"answer": sample.answer}, scores, judged
+        )
+        root.end(outputs={"answer": sample.answer}, end_time_ns=t)
 
     # Study -------------------------------------------------------------------------------------------
-    def log_study(
+    def write_study(
         self,
         summary: Mapping[str, Any],
         metrics: Mapping[str, float],
@@ -354,45 +480,66 @@ class StudyTracker:
         )
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp)
-            write_atomic(out / "study_summary.json",
-                         json.dumps(scrub(summary), ensure_ascii=False, indent=2, default=str) + "\n")
+            write_atomic(
+                out / "study_summary.json",
+                json.dumps(scrub(summary), ensure_ascii=False, indent=2, default=str) + "\n",
+            )
             write_atomic(out / "leaderboard.csv", leaderboard.to_csv(index=False))
             if best_config is not None:
-                write_atomic(out / "best_config.yaml",
-                             yaml.safe_dump(scrub(best_config), allow_unicode=True, sort_keys=False))
+                write_atomic(
+                    out / "best_config.yaml",
+                    yaml.safe_dump(scrub(best_config), allow_unicode=True, sort_keys=False),
+                )
             if plots:
                 (out / "plots").mkdir()
                 for name, html in plots.items():
                     write_atomic(out / "plots" / f"{name}.html", html)
             self.client.log_artifacts(self.parent_run_id, str(out))
 
-    def close(self, status: str = "FINISHED") -> None:
+    def close(self, status: str = "FINISHED", stats: Mapping[str, float] | None = None) -> None:
+        """End the parent run; ``stats`` (records written, seconds spent) join its metrics."""
+        from mlflow.entities import Metric
+
+        stats = {**(stats or {}), "mlflow_traces_skipped": float(self.traces_skipped)}
+        now = int(time.time() * 1000)
+        metrics = [Metric(name, float(value), now, 0) for name, value in stats.items()]
+        self.client.log_batch(self.parent_run_id, metrics=metrics)
         self.client.set_terminated(self.parent_run_id, status=status)
+
+
+def _check_server(tracking_uri: str) -> None:
+    """A tracking server that does not answer is named before the first trial: MLflow's own client
+    retries with back-off for minutes before it gives up. Any HTTP answer (even 401) means it is up."""
+    import urllib.error
+    import urllib.request
+
+    if not tracking_uri.startswith(("http://", "https://")):
+        return
+    try:
+        urllib.request.urlopen(tracking_uri.rstrip("/") + "/health", timeout=SERVER_PROBE_S).close()
+    except urllib.error.HTTPError:
+        return
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise InputError(
+            f"the MLflow tracking server {scrub_url(tracking_uri)} does not answer ({reason}): start it, "
+            "or point mlflow.tracking_uri at one that runs (leave it out for a local store)",
+            field="mlflow.tracking_uri",
+        ) from None
+
+
+SERVER_PROBE_S = 10.0
+"""How long a tracking server may take to answer its health check."""
 
 
 def _local_store_lock(tracking_uri: str) -> AbstractContextManager[object]:
     """A lock beside a local store (SQLite file or folder); a server orders its own writes."""
-    if tracking_uri.startswith("sqlite:///") and not tracking_uri.endswith(":memory:"):
-        return FileLock(tracking_uri.removeprefix("sqlite:///") + ".lock")
+    if (file := sqlite_file(tracking_uri)) is not None:
+        return FileLock(file.with_name(file.name + ".lock"))
     if tracking_uri.startswith("sqlite:") or not is_local_store(tracking_uri):
         return nullcontext()
     folder = Path(tracking_uri.removeprefix("file://").removeprefix("file:"))
     return FileLock(folder / ".composer.lock")
-
-
-def _generation_attributes(scored: Scored, qid: str, cfg: PipelineConfig) -> dict[str, Any]:
-    """What answered and at what cost: the model, template and temperature, tokens, cache, failure."""
-    attributes: dict[str, Any] = {"answerer": scored.answerer}
-    answer = scored.answers.get(qid)
-    result = answer.result if answer is not None else None
-    if result is not None:
-        gen = cfg.generation
-        attributes.update(model=gen.model, template=gen.template, temperature=gen.temperature,
-                          prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
-                          cached=result.cached, attempts=result.attempts)
-        if result.error_kind is not None:
-            attributes["error"] = f"{result.error_kind}: {result.error}"
-    return attributes
 
 
 def _params(values: Mapping[str, Any]) -> list[Param]:
@@ -405,4 +552,3 @@ def _params(values: Mapping[str, Any]) -> list[Param]:
 def _param_value(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return text[:6000]
-

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Literal, NamedTuple
 
 Language = Literal["ar", "fa", "en", "other"]
@@ -41,6 +42,7 @@ _PERSIAN = _Evidence((("پچژگ", 2.0), ("کی", 0.4)), re.compile(rf"\s(?:{_PE
 _ARABIC = _Evidence((("ةأإًٌٍَُِّْ", 1.0), ("يكى", 0.4)), re.compile(rf"\s(?:{_ARABIC_WORDS}){_END}"))
 
 
+@lru_cache(maxsize=1 << 16)
 def detect_language(text: str) -> Language:
     """Guess the language of one text; short texts fall back to letter evidence."""
     arabic_script = _letters(_ARABIC_SCRIPT, text)

@@ -9,11 +9,11 @@ from typing import Literal
 
 from composer.data.types import Hit
 from composer.errors import ConfigError
-from composer.generation.prompts import RERANK_LISTWISE, RERANK_POINTWISE
 from composer.llm.client import LLMClient
 from composer.llm.parse import parse_ranking, parse_score
 from composer.llm.prompt import numbered, prompt_language
 from composer.llm.sync import run_sync
+from composer.retrieval.prompts import RERANK_LISTWISE, RERANK_POINTWISE
 
 RerankMode = Literal["pointwise", "listwise"]
 

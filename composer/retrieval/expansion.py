@@ -1,28 +1,28 @@
-"""Query expansion (none, multi-query, HyDE) and the reciprocal rank fusion that merges its result lists."""
+"""Query expansion before search: multi-query paraphrases and a step-back question (their lists fused with
+the question's by RRF), and HyDE passages."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Hashable, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from composer.data.types import Hit, Run
 from composer.errors import ConfigError
-from composer.generation.prompts import HYDE, MULTI_QUERY
 from composer.llm.client import LLMClient
-from composer.llm.parse import parse_queries
+from composer.llm.parse import parse_queries, parse_step_back
 from composer.llm.prompt import prompt_language
 from composer.llm.sync import run_sync
+from composer.retrieval.prompts import HYDE, MULTI_QUERY, STEP_BACK
 
-ExpansionMethod = Literal["none", "multi_query", "hyde"]
+ExpansionMethod = Literal["none", "multi_query", "step_back", "hyde"]
 EXPANSION_METHODS: tuple[str, ...] = get_args(ExpansionMethod)
 
 
 @dataclass(frozen=True)
 class Expansion:
     """What to search for one question: ``queries`` embed as queries (the original first), ``passages``
-    (HyDE's hypothetical answer) embed as passages. Search each, then ``fuse_rankings`` the hit lists.
+    (HyDE's hypothetical answer) embed as passages; the lists of several queries are fused by RRF.
     ``failed`` means the LLM call failed and only the original question is searched."""
 
     question: str
@@ -33,9 +33,17 @@ class Expansion:
 
 class QueryExpander:
     """Expands questions with ``client``'s model, at its temperature (the pipeline's helper client runs at
-    0, so every trial asking the same shares the cached expansion)."""
+    0, so every trial asking the same shares the cached expansion). ``memo`` keeps expansions across
+    expanders (a study's workspace), keyed by model, method, n and question; failures are not kept."""
 
-    def __init__(self, client: LLMClient | None, method: ExpansionMethod = "none", n: int = 3) -> None:
+    def __init__(
+        self,
+        client: LLMClient | None,
+        method: ExpansionMethod = "none",
+        n: int = 3,
+        *,
+        memo: MutableMapping[Hashable, Expansion] | None = None,
+    ) -> None:
         if method not in EXPANSION_METHODS:
             raise ConfigError(
                 f"unknown query expansion {method!r}; expected one of {list(EXPANSION_METHODS)}",
@@ -50,6 +58,7 @@ class QueryExpander:
         self.client = client
         self.method = method
         self.n = n
+        self.memo: MutableMapping[Hashable, Expansion] = memo if memo is not None else {}
 
     async def aexpand(self, question: str) -> Expansion:
         if self.method == "none" or self.client is None:
@@ -62,46 +71,34 @@ class QueryExpander:
                 return Expansion(question, (question,), failed=True)
             extra = [q for q in parse_queries(result.text) if q != question][: self.n]
             return Expansion(question, (question, *extra))
+        if self.method == "step_back":
+            result = await self.client.acomplete(STEP_BACK[lang].messages(question=question),
+                                                 validate=parse_step_back)
+            if not result.ok or result.text is None:
+                return Expansion(question, (question,), failed=True)
+            general = parse_step_back(result.text)
+            return Expansion(question, (question,) if general == question else (question, general))
         result = await self.client.acomplete(HYDE[lang].messages(question=question))
         if not result.ok or result.text is None:
             return Expansion(question, (question,), failed=True)
         return Expansion(question, (question,), (result.text.strip(),))
 
     async def aexpand_many(self, questions: Sequence[str]) -> list[Expansion]:
-        return list(await asyncio.gather(*(self.aexpand(q) for q in questions)))
+        model = (self.client.config.model, self.client.config.api_base) if self.client is not None else None
+        n = self.n if self.method == "multi_query" else 0  # only multi-query's expansions depend on n
+        slots = [(model, self.method, n, q) for q in questions]
+        failed: dict[str, Expansion] = {}
+        todo = list(
+            dict.fromkeys(q for q, slot in zip(questions, slots, strict=True) if slot not in self.memo)
+        )
+        for question, expansion in zip(
+            todo, await asyncio.gather(*(self.aexpand(q) for q in todo)), strict=True
+        ):
+            if not expansion.failed:
+                self.memo[(model, self.method, n, question)] = expansion
+            else:
+                failed[question] = expansion
+        return [self.memo.get(slot) or failed[q] for q, slot in zip(questions, slots, strict=True)]
 
     def expand_many(self, questions: Sequence[str]) -> list[Expansion]:
         return run_sync(self.aexpand_many(questions))
-
-
-def fuse_rankings(rankings: Sequence[Sequence[Hit]], *, k: int = 60, limit: int | None = None) -> list[Hit]:
-    """Reciprocal rank fusion of ranked hit lists: score(id) = sum over lists of 1 / (k + rank).
-
-    Ranks are 1-based positions in each list as given; an id repeated within one list counts at its best
-    rank. Ties keep first-seen order. The fused hit keeps the first non-empty text and doc_id seen.
-    """
-    scores: dict[str, float] = {}
-    first: dict[str, Hit] = {}
-    for ranking in rankings:
-        seen: set[str] = set()
-        for rank, hit in enumerate(ranking, 1):
-            if hit.id in seen:
-                continue
-            seen.add(hit.id)
-            scores[hit.id] = scores.get(hit.id, 0.0) + 1.0 / (k + rank)
-            known = first.get(hit.id)
-            if known is None:
-                first[hit.id] = hit
-            elif (known.text is None and hit.text is not None) or (
-                known.doc_id is None and hit.doc_id is not None
-            ):
-                first[hit.id] = Hit(known.id, known.score, known.text or hit.text, known.doc_id or hit.doc_id)
-    order = sorted(scores, key=lambda i: -scores[i])  # stable: ties keep first-seen order
-    fused = [Hit(i, scores[i], first[i].text, first[i].doc_id) for i in order]
-    return fused[:limit] if limit is not None else fused
-
-
-def rrf_fuse(runs: Sequence[Run], *, k: int = 60, limit: int | None = None) -> Run:
-    """Fuse several runs over the same questions (one per expanded query) question by question."""
-    qids = list(dict.fromkeys(qid for run in runs for qid in run))
-    return {qid: fuse_rankings([run[qid] for run in runs if qid in run], k=k, limit=limit) for qid in qids}

@@ -1,0 +1,193 @@
+"""AutoRAG's whole retrieval space on ARCD, as one Composer study: wall time, peak memory, per-trial split.
+
+The work is the one AutoRAG 0.3.27 did on this machine (its figures below, measured once on the same data):
+every one of ARCD's 1,395 questions retrieved and scored (recall, nDCG at 10) for BM25, dense retrieval with
+all-MiniLM-L6-v2, hybrid RRF with rrf_k 4..80 and convex combination with 4 normalizations x 101 weights.
+Composer runs search_spaces/autorag-arcd.yaml as a grid (484 trials: its BM25 comes with and without
+stemming, where AutoRAG tried 3 tokenizers) with `composer optimize`, default settings, from a cold work dir
+(every encode paid), one process plus its MLflow writer. Printed: wall, peak memory (the study's process
+and its writer, RSS and PSS summed over the tree, sampled every 0.1 s), trials, encode passes, best nDCG@10,
+and where a trial's time goes (from each trial's record; "other" is Optuna, records and handing the log to
+the writer, waiting for it included when it is behind).
+
+    .venv/bin/python benchmarks/bench_autorag_space.py [--data examples/arcd] [--workdir DIR] [--trials N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+# AutoRAG 0.3.27 on ARCD, all 1,395 questions, on this machine (2 cores): 485 configurations evaluated in
+# 1,898 s (31 min 38 s) wall, 1.51 GB peak RSS; its best: recall@10 0.832, nDCG@10 0.679, MRR@10 0.630.
+AUTORAG = {"configurations": 485, "wall_s": 1898.0, "peak_gb": 1.51, "ndcg@10": 0.679, "recall@10": 0.832}
+
+
+def tree_memory_kib(root_pid: int) -> tuple[int, int, int]:
+    """Memory of ``root_pid`` and all its descendants (KiB): summed RSS, summed PSS and the largest RSS.
+
+    RSS counts a page shared by two processes (the interpreter, numpy, pandas: loaded by both the study and
+    its writer) in each; PSS splits it between them, so the PSS sum is what the tree takes from the
+    machine."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+                parents[int(entry)] = int(fields[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    tree, frontier = {root_pid}, [root_pid]
+    while frontier:
+        pid = frontier.pop()
+        for child, parent in parents.items():
+            if parent == pid and child not in tree:
+                tree.add(child)
+                frontier.append(child)
+    rss, pss = {}, {}
+    for pid in tree:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                name, _, value = line.partition(":")
+                if name in ("Rss", "Pss"):
+                    (rss if name == "Rss" else pss)[pid] = int(value.split()[0])
+        except OSError:
+            continue
+    return sum(rss.values()), sum(pss.values()), max(rss.values(), default=0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data", type=Path, default=ROOT / "examples" / "arcd")
+    parser.add_argument("--workdir", type=Path, default=None, help="default: a new, empty one (cold)")
+    parser.add_argument("--trials", type=int, default=484)
+    args = parser.parse_args()
+    if not (args.data / "corpus.jsonl").is_file():
+        sys.exit(f"no corpus.jsonl in {args.data}")
+
+    with tempfile.TemporaryDirectory(prefix="composer-bench-autorag-") as tmp:
+        work = (args.workdir or Path(tmp) / "work").resolve()
+        experiment = Path(tmp) / "autorag-arcd.yaml"
+        experiment.write_text(
+            yaml.safe_dump(
+                {
+                    "name": "autorag-arcd",
+                    "corpus": str((args.data / "corpus.jsonl").resolve()),
+                    "questions": str((args.data / "questions.jsonl").resolve()),
+                    "search_space": str(ROOT / "search_spaces" / "autorag-arcd.yaml"),
+                    "objective": {"k": 10, "metrics": {"recall": 1, "ndcg": 1}},
+                    "sampler": {"name": "grid", "seed": None},
+                    "pruner": "none",  # every question scored in every trial, as AutoRAG did
+                    "n_trials": args.trials,
+                    "workdir": str(work),
+                }
+            ),
+            encoding="utf-8",
+        )
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        composer = str(Path(sys.executable).with_name("composer"))
+        started = time.perf_counter()
+        process = subprocess.Popen(
+            [composer, "optimize", str(experiment)],
+            env=env,
+            cwd=tmp,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        peak, peak_pss, peak_each = 0, 0, 0
+        while process.poll() is None:
+            rss, pss, largest = tree_memory_kib(process.pid)
+            peak, peak_pss, peak_each = max(peak, rss), max(peak_pss, pss), max(peak_each, largest)
+            time.sleep(0.1)
+        wall = time.perf_counter() - started
+        errors = process.stderr.read() if process.stderr else ""
+        if process.returncode != 0:
+            sys.exit(f"composer optimize failed ({process.returncode}):\n{errors[-4000:]}")
+        report(work, wall, peak / 1024**2, peak_pss / 1024**2, peak_each / 1024**2)
+
+
+def report(work: Path, wall: float, peak_gb: float, peak_pss_gb: float, peak_one_gb: float) -> None:
+    import optuna
+    from mlflow import MlflowClient
+
+    from composer.study._report import encode_summary
+    from composer.study.record import TrialRecord
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.load_study(study_name="autorag-arcd", storage=f"sqlite:///{work / 'optuna.db'}")
+    trials = study.trials
+    records = [(t, r) for t in trials if (r := TrialRecord.of(t)) is not None and r.composite is not None]
+    best = max(records, key=lambda tr: tr[1].metrics["ndcg@10"])
+    encode = encode_summary(trials)
+    split: dict[str, float] = {}
+    for _, record in records:
+        for stage, seconds in record.seconds.items():
+            split[stage] = split.get(stage, 0.0) + seconds
+    trial_wall = sum(
+        (t.datetime_complete - t.datetime_start).total_seconds()
+        for t, _ in records
+        if t.datetime_complete and t.datetime_start
+    )
+    split["other"] = trial_wall - sum(split.values())
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("autorag-arcd")
+    assert experiment is not None
+    [parent] = client.search_runs([experiment.experiment_id], filter_string="tags.`composer.role` = 'study'")
+    runs = client.search_runs(
+        [experiment.experiment_id], filter_string="tags.`composer.role` = 'trial'", max_results=5000
+    )
+    writer = parent.data.metrics
+
+    n = len(trials)
+    print(
+        f"\n{n} trials ({sum(t.state.name == 'COMPLETE' for t in trials)} complete), "
+        f"{len(runs)} MLflow trial runs; encode passes {encode['encode_passes']} "
+        f"({encode['embeddings_computed']} texts encoded), index builds {encode['index_builds']}"
+    )
+    print(
+        f"best nDCG@10 {best[1].metrics['ndcg@10']:.3f} (recall@10 {best[1].metrics['recall@10']:.3f}): "
+        f"trial #{best[0].number} {best[0].params}"
+    )
+    print(
+        f"wall {wall:.1f} s; peak memory of the study and its MLflow writer: RSS {peak_gb:.2f} GB summed "
+        f"(shared pages counted in each), PSS {peak_pss_gb:.2f} GB; largest process RSS {peak_one_gb:.2f} GB"
+    )
+    print(
+        f"MLflow writer (its own process, off the trials' path): {writer.get('mlflow_writer_records', 0):.0f}"
+        f" records in {writer.get('mlflow_writer_seconds', 0):.1f} s; MLflow traces skipped for "
+        f"{writer.get('mlflow_traces_skipped', 0):.0f} trials while it was behind"
+    )
+    print("\nper-trial time split (mean over complete trials, ms):")
+    print("| " + " | ".join(split) + " | trial |")
+    print("|" + "---|" * (len(split) + 1))
+    print(
+        "| "
+        + " | ".join(f"{1000 * v / len(records):.1f}" for v in split.values())
+        + f" | {1000 * trial_wall / len(records):.1f} |"
+    )
+    ours_per = wall / n
+    theirs_per = AUTORAG["wall_s"] / AUTORAG["configurations"]
+    print("\n| | Composer | AutoRAG 0.3.27 | ratio |\n|---|---|---|---|")
+    print(f"| configurations | {n} | {AUTORAG['configurations']:.0f} | |")
+    print(f"| wall | {wall:.0f} s | {AUTORAG['wall_s']:.0f} s | {AUTORAG['wall_s'] / wall:.1f}x less |")
+    print(f"| wall per configuration | {ours_per:.2f} s | {theirs_per:.2f} s | "
+          f"{theirs_per / ours_per:.1f}x less |")
+    print(f"| peak RSS | {peak_gb:.2f} GB | {AUTORAG['peak_gb']:.2f} GB | "
+          f"{AUTORAG['peak_gb'] / peak_gb:.1f}x less |")
+    print(f"| best nDCG@10 | {best[1].metrics['ndcg@10']:.3f} | {AUTORAG['ndcg@10']:.3f} | |")
+    print(f"| best recall@10 | {best[1].metrics['recall@10']:.3f} | {AUTORAG['recall@10']:.3f} | |")
+
+
+if __name__ == "__main__":
+    main()

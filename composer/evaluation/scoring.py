@@ -1,0 +1,408 @@
+"""Score a configured pipeline end to end: rank, answer, judge and evaluate, batch by batch.
+
+``score_pipeline`` is the one scoring path of ``composer eval --config`` and of every study trial, so an
+exported winner re-scored by ``composer eval`` goes through exactly the code that chose it. Work nobody
+asked for is not done: without ``answers`` (a retrieval-only objective) nothing is answered. Stages that
+call an LLM run batch by batch, so a pruner can stop a poor trial before it pays for the rest; without
+one, every question is ranked and scored at once (arrays) and the batches are only pruning steps.
+Failed samples are counted, never fatal, until they exceed the run's failure budget.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from composer.data.ranking import Ranking
+from composer.data.types import Corpus, Question, QuestionSet
+from composer.errors import ConfigError
+from composer.evaluation.evaluate import score_ranking
+from composer.evaluation.report import EvaluationReport, SampleTable, StageError, concat_tables
+from composer.generation import Answer
+from composer.judges import (
+    JUDGE_METRICS,
+    EmbedFn,
+    FailureBudget,
+    JudgeConfig,
+    JudgeSettings,
+    LLMJudge,
+    SampleResult,
+    judge_answers,
+    make_judges,
+    rating_out_of_5,
+)
+from composer.llm import LLMClient, LLMConfig, Usage, track_usage
+from composer.metrics.matching import MatchMode, Universe, default_match_mode
+from composer.metrics.refusal import is_refusal
+
+if TYPE_CHECKING:
+    from composer.pipeline.config import PipelineConfig
+    from composer.pipeline.pipeline import IndexInfo, Pipeline
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_KS = (1, 3, 5, 10)
+LLM_META = "llm"
+"""Report meta key of the LLM section: models, usage (tokens, cost), error rates, the x.x/5 rating."""
+COST_STAGES = ("expand", "retrieve", "rerank", "generate")
+"""Stages a user waits for: their latencies make ``latency_ms`` (judging is the evaluation's, not theirs)."""
+
+
+@dataclass(frozen=True)
+class Judging:
+    """The judges of a run: one client (one model, temperature 0) shared by every batch and trial."""
+
+    client: LLMClient
+    settings: JudgeSettings
+    embed: EmbedFn | None = None
+
+    @property
+    def model(self) -> str:
+        return self.client.config.model
+
+    @cached_property
+    def judges(self) -> dict[str, LLMJudge]:
+        return make_judges(self.client, self.settings, self.embed)
+
+
+def make_judging(
+    judge: JudgeConfig, llm: LLMConfig | None, workdir: Path, *, also: Sequence[str] = ()
+) -> Judging:
+    """The judge of a run from its ``judge:`` settings over the generator's ``llm`` settings; ``also``
+    adds judge metrics (those an objective weighs). Replies are cached under ``<workdir>/cache/llm``."""
+    from composer.embedding import CachedEmbedder
+    from composer.pipeline.workspace import Workspace, shared_embedder
+
+    config = judge.llm_config(llm)
+    if config is None:
+        raise ConfigError(
+            "the judge needs a model: set judge.model or llm.model (or --judge / --llm)", field="judge.model"
+        )
+    extra = [m for m in also if m in JUDGE_METRICS and m not in judge.metrics]
+    if extra:
+        judge = judge.model_copy(update={"metrics": (*judge.metrics, *extra)})
+    workspace = Workspace.get(workdir)
+    embed: EmbedFn | None = None
+    if judge.embedding is not None and judge.needs_embedding():
+        embed = CachedEmbedder(shared_embedder(judge.embedding), workspace.embeddings).encode_queries
+    return Judging(workspace.client(config), judge.settings, embed)
+
+
+@dataclass
+class Scored:
+    """A pipeline's scores on a question set, with the answers and what producing them cost."""
+
+    report: EvaluationReport
+    answerer: str
+    answers: dict[str, Answer] = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)
+    judge: str | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+    """Wall time per part of the scoring: rank (of which search: the index searches), answer, judge,
+    metrics, steps (the pruner's reports)."""
+
+    def secondary_metrics(self) -> dict[str, float]:
+        """Cost metrics: mean latency per question (what a user waits for) and mean context size."""
+        latency = self.report.latency_ms()
+        waited = sum(latency[stage]["mean"] for stage in COST_STAGES if stage in latency)
+        return {"latency_ms": waited, "context_tokens": self.report.mean_context_tokens()}
+
+    def llm_metrics(self) -> dict[str, float]:
+        """``usage_metrics`` plus the judge's rating on its 1-5 scale (``llm_judge_rating_5``)."""
+        out = usage_metrics(self.usage)
+        rating = self.report.means().get("llm_judge_rating")
+        if rating is not None:
+            out["llm_judge_rating_5"] = rating_out_of_5(rating)
+        return out
+
+
+def usage_metrics(usage: Usage) -> dict[str, float]:
+    """Tokens, cost, calls (cached) and failed requests by kind, as metrics; empty without LLM calls."""
+    if usage.calls == 0:
+        return {}
+    out = {k: float(v) for k, v in usage.to_dict().items()}
+    out.update({f"llm_failed_requests_{kind}": float(n) for kind, n in usage.failed_attempts.items()})
+    return out
+
+
+class RankingPipeline(Protocol):
+    """What scoring needs of a pipeline (composer.pipeline.pipeline.Pipeline is the real one)."""
+
+    config: PipelineConfig
+    searched: float
+    """Seconds spent in index searches so far (a memoized search costs none)."""
+
+    def index(self, corpus: Corpus) -> IndexInfo: ...
+
+    def universe(self) -> Universe: ...
+
+    def rank(self, questions: Sequence[Question]) -> tuple[Ranking, dict[str, np.ndarray]]: ...
+
+    def answer(
+        self,
+        questions: Sequence[Question],
+        ranking: Ranking,
+        *,
+        max_failures: int | None = None,
+        on_answer: Callable[[int], None] | None = None,
+    ) -> dict[str, Answer]: ...
+
+
+BatchHook = Callable[[int, EvaluationReport], None]
+"""``hook(step, report so far)`` after each batch; raising (optuna.TrialPruned) stops the scoring."""
+StageHook = Callable[[str, int, int], None]
+"""``hook(stage, done, total)`` for "retrieved", "answered", "judged": a trial's live progress."""
+
+
+def score_pipeline(
+    pipeline: RankingPipeline,
+    questions: QuestionSet,
+    corpus: Corpus,
+    *,
+    judging: Judging | None = None,
+    ks: Sequence[int] = DEFAULT_KS,
+    batch_size: int = 50,
+    match: MatchMode | None = None,
+    answers: bool = True,
+    on_batch: BatchHook | None = None,
+    on_stage: StageHook | None = None,
+) -> Scored:
+    """Rank, answer (when ``answers`` or a judge asks), judge and score ``questions`` (the pipeline must be
+    indexed), reporting the report so far after every ``batch_size`` questions.
+
+    Every LLM call made meanwhile (expansion, reranking, generation, judging) is counted in
+    ``Scored.usage``. More failed samples than the judge settings' ``max_failure_share`` of the questions
+    raise FailureBudgetExceeded.
+    """
+    mode = match or default_match_mode(questions, corpus)
+    items = list(questions)
+    total = len(items)
+    answering = answers or judging is not None
+    universe = pipeline.universe()
+    settings = judging.settings if judging is not None else JudgeSettings()
+    budget = FailureBudget(total, settings.max_failure_share)
+    unit = batch_size if _calls_llm(pipeline.config, judging, answering) else max(total, 1)
+    info: dict[str, Any] = {
+        "questions": questions.source,
+        "questions_fingerprint": questions.fingerprint(),
+        "corpus": corpus.source,
+    }
+    progress = _Progress(on_stage, total)
+    tables: list[SampleTable] = []
+    answered: dict[str, Answer] = {}
+    seconds: dict[str, float] = {}
+    steps = 0
+    with track_usage() as usage:
+        for lo in range(0, total, unit):
+            batch = items[lo : lo + unit]
+            searched = pipeline.searched
+            with _timed(seconds, "rank"):
+                ranking, latency = pipeline.rank(batch)
+            seconds["search"] = seconds.get("search", 0.0) + pipeline.searched - searched
+            progress.add("retrieved", len(batch))
+            batch_answers: dict[str, Answer] | None = None
+            judged: dict[str, SampleResult] = {}
+            answer_s = judge_s = 0.0
+            if answering:
+                t0 = time.perf_counter()
+                batch_answers = pipeline.answer(
+                    batch,
+                    ranking,
+                    max_failures=budget.remaining,
+                    on_answer=lambda n: progress.add("answered", n),
+                )
+                answer_s = (time.perf_counter() - t0) / len(batch)
+                seconds["answer"] = seconds.get("answer", 0.0) + answer_s * len(batch)
+                budget.spend(
+                    sum(a.failed for a in batch_answers.values()) + len(batch) - len(batch_answers), usage
+                )
+                answered.update(batch_answers)
+                if judging is not None:
+                    t1 = time.perf_counter()
+                    judged = judge_answers(
+                        batch,
+                        batch_answers,
+                        judging.judges,
+                        max_failures=budget.remaining,
+                        on_judged=lambda n: progress.add("judged", n),
+                    )
+                    judge_s = (time.perf_counter() - t1) / len(batch)
+                    seconds["judge"] = seconds.get("judge", 0.0) + judge_s * len(batch)
+                    budget.spend(sum(s.failed for s in judged.values()), usage)
+            with _timed(seconds, "metrics"):
+                given = batch_answers or {}
+                table = score_ranking(
+                    batch,
+                    ranking,
+                    ks=ks,
+                    mode=mode,
+                    corpus=corpus,
+                    universe=universe,
+                    answers=None if batch_answers is None else {q: a.text for q, a in given.items()},
+                    contexts=None if batch_answers is None else {q: a.contexts for q, a in given.items()},
+                )
+                table.latency.update(latency)
+                if batch_answers is not None:
+                    _merge_answers(table, batch, batch_answers, answer_s, judged, judging, judge_s)
+                tables.append(table)
+            done = lo + len(batch)
+            while on_batch is not None and steps * batch_size < done:
+                end = min((steps + 1) * batch_size, total)
+                if end > done:
+                    break
+                with _timed(seconds, "steps"):
+                    on_batch(steps, EvaluationReport(concat_tables(tables).head(end), ks, mode, info))
+                steps += 1
+    ks_all = tuple(sorted(set(ks)))
+    report = EvaluationReport(concat_tables(tables) if tables else SampleTable((), ()), ks_all, mode, info)
+    gen_model = pipeline.config.generation.model
+    judge_model = judging.model if judging is not None else None
+    if usage.calls:
+        report = report.with_meta({LLM_META: _llm_section(report, usage, budget, gen_model, judge_model)})
+    return Scored(
+        report,
+        f"llm:{gen_model}" if gen_model else "extractive",
+        answers=answered,
+        usage=usage,
+        judge=judge_model,
+        seconds=seconds,
+    )
+
+
+@contextmanager
+def _timed(seconds: dict[str, float], stage: str) -> Iterator[None]:
+    """Add the block's wall time to ``seconds[stage]`` (a pruned trial's stops mid-block: still counted)."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[stage] = seconds.get(stage, 0.0) + time.perf_counter() - started
+
+
+def _calls_llm(config: PipelineConfig, judging: Judging | None, answering: bool) -> bool:
+    """Whether scoring calls an LLM, and so runs batch by batch (a pruner may stop it between batches)."""
+    return (
+        judging is not None
+        or config.query_expansion.method != "none"
+        or config.rerank.method == "llm"
+        or (answering and config.generation.model is not None)
+    )
+
+
+class _Progress:
+    """Counts of questions retrieved, answered and judged so far, sent to a StageHook."""
+
+    def __init__(self, hook: StageHook | None, total: int) -> None:
+        self.hook = hook
+        self.total = total
+        self.done: dict[str, int] = {}
+
+    def add(self, stage: str, n: int) -> None:
+        if self.hook is not None:
+            self.done[stage] = self.done.get(stage, 0) + n
+            self.hook(stage, self.done[stage], self.total)
+
+
+def _merge_answers(
+    table: SampleTable,
+    batch: Sequence[Question],
+    answers: Mapping[str, Answer],
+    answer_s: float,
+    judged: Mapping[str, SampleResult],
+    judging: Judging | None,
+    judge_s: float,
+) -> None:
+    """Join the batch's generation outcomes, judge verdicts, refusal metrics and latencies to its table."""
+    n = len(batch)
+    generate = np.full(n, answer_s)
+    judged_names = list(judging.settings.metrics) if judging is not None else []
+    if judging is not None and "faithfulness" in judged_names:
+        judged_names.append("grounded")
+    columns = {name: np.full(n, np.nan) for name in (*judged_names, "refusal_accuracy")}
+    skipped_answer = table.skipped.setdefault("answer", [None] * n)
+    for row, q in enumerate(batch):
+        answer = answers.get(q.id)
+        if answer is None or answer.failed:
+            outcome = answer.result if answer is not None else None
+            kind = (outcome.error_kind if outcome is not None else None) or "other"
+            table.errors[row] = StageError(
+                "generation", kind, (outcome.error if outcome is not None else None) or ""
+            )
+            skipped_answer[row] = "generation_failed"
+            continue
+        if answer.result is not None:
+            generate[row] = answer.result.latency
+        if not q.gold_answers:
+            columns["refusal_accuracy"][row] = float(is_refusal(answer.text or ""))
+        sample = judged.get(q.id)
+        if sample is None:
+            continue
+        for name, value in sample.metrics.items():
+            if name in columns and value is not None:
+                columns[name][row] = value
+        if sample.reasons:
+            table.reasons[row] = dict(sample.reasons)
+        if sample.failures and row not in table.errors:
+            metric, _, reason = sample.failures[0].partition(": ")
+            table.errors[row] = StageError("judge", metric, reason)
+    if all(r is None for r in skipped_answer):
+        del table.skipped["answer"]
+    configured = judging.settings.metrics if judging is not None else ()
+    for name, column in columns.items():
+        if name in configured or not np.isnan(column).all():
+            table.metrics[name] = column
+    table.latency["generate"] = generate
+    if judging is not None:
+        table.latency["judge"] = np.full(n, judge_s)
+
+
+def _llm_section(
+    report: EvaluationReport, usage: Usage, budget: FailureBudget, generator: str | None, judge: str | None
+) -> dict[str, Any]:
+    stages = {stage: sum(kinds.values()) for stage, kinds in report.error_counts().items()}
+    rating = report.means().get("llm_judge_rating")
+    return {
+        "generator": generator,
+        "judge": judge,
+        "usage": usage.to_dict(),
+        "llm_judge_rating": None if rating is None else f"{rating_out_of_5(rating):.1f}/5",
+        "error_rates": {
+            **usage.error_rates(),
+            "samples": len(report),
+            "failed_samples": budget.failed,
+            "failed_sample_share": budget.failed / len(report) if len(report) else 0.0,
+            "allowed_failed_share": budget.max_share,
+            "failed_samples_by_stage": stages,
+        },
+    }
+
+
+def evaluate_pipeline(
+    pipeline: Pipeline,
+    corpus: Corpus,
+    questions: QuestionSet,
+    *,
+    ks: Sequence[int] = DEFAULT_KS,
+    match: MatchMode | None = None,
+    judging: Judging | None = None,
+) -> EvaluationReport:
+    """Index (or reuse), then ``score_pipeline`` in one batch; the report's meta adds the index key, the
+    pipeline config and cache counters, so a second identical run visibly encodes nothing."""
+    info = pipeline.index(corpus)
+    scored = score_pipeline(
+        pipeline, questions, corpus, judging=judging, ks=ks, match=match, batch_size=max(len(questions), 1)
+    )
+    meta = {
+        "index": {"key": info.key, "chunks": info.n_chunks, "reused": info.reused, "seconds": info.seconds},
+        "pipeline": pipeline.config.to_dict(),
+        "cache": pipeline.cache_stats,
+    }
+    return scored.report.with_meta(meta)

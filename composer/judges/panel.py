@@ -1,0 +1,224 @@
+"""Judge answers: every configured LLM judge grades each answer against the passages it was given.
+
+The judges only judge: answers come from ``Pipeline.answer``, each carrying its contexts. A failed sample
+(a judge gave up after its retries, with no fallback) never fails a run by itself: ``FailureBudget`` counts
+failed samples, generation's and the judges', and fails the run once they exceed ``max_failure_share``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from composer.data.types import Question
+from composer.errors import ComposerError, ConfigError
+from composer.generation.generator import Answer
+from composer.judges.base import EmbedFn, LLMJudge, Verdict
+from composer.judges.context import ContextPrecisionJudge, ContextRecallJudge
+from composer.judges.correctness import AnswerCorrectnessJudge, CorrectnessWeights
+from composer.judges.faithfulness import FaithfulnessJudge
+from composer.judges.rating import RatingJudge
+from composer.judges.relevancy import AnswerRelevancyJudge
+from composer.llm.client import LLMClient
+from composer.llm.prompt import prompt_language
+from composer.llm.sync import gather_until_failed, run_sync
+from composer.llm.usage import Usage
+from composer.metrics.scorers import OverlapFaithfulnessScorer, TokenF1Scorer
+
+JUDGE_METRICS: tuple[str, ...] = (
+    "answer_correctness",
+    "faithfulness",
+    "llm_judge_rating",
+    "answer_relevancy",
+    "context_precision",
+    "context_recall",
+)
+"""Metrics an LLM judge computes; ``grounded`` comes with faithfulness."""
+
+REFUSAL_METRICS: tuple[str, ...] = ("answer_refusal_rate", "refusal_accuracy")
+"""Free with any generated answer: counted, not judged."""
+
+GENERATION_METRICS: tuple[str, ...] = (*JUDGE_METRICS, "grounded", *REFUSAL_METRICS)
+"""Every metric that needs an LLM, to generate the answers or to judge them."""
+
+DEFAULT_JUDGE_METRICS: tuple[str, ...] = ("answer_correctness", "faithfulness")
+
+
+class JudgeSettings(BaseModel):
+    """How the judges grade: which metrics, how they are weighted, how many failures pass (the part of an
+    experiment's ``judge:`` block, ``JudgeConfig``, that ``judge_answers`` takes)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    metrics: tuple[str, ...] = DEFAULT_JUDGE_METRICS
+    correctness_weights: CorrectnessWeights = Field(default_factory=CorrectnessWeights)
+    blend: float = Field(default=0.0, ge=0.0, le=1.0, description="weight of the deterministic scorer")
+    fallback: bool = Field(default=True, description="use the deterministic scorer when the judge fails")
+    max_failure_share: float = Field(default=0.1, ge=0.0, le=1.0)
+    relevancy_questions: int = Field(default=3, ge=1)
+
+    @field_validator("metrics")
+    @classmethod
+    def _known(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [m for m in value if m not in JUDGE_METRICS]
+        if unknown:
+            raise ValueError(f"unknown judge metric(s) {unknown}; expected some of {list(JUDGE_METRICS)}")
+        return tuple(dict.fromkeys(value))
+
+
+@dataclass
+class SampleResult:
+    """One question's judged metrics (None = not scored), the judges' reasons, failures and details."""
+
+    question_id: str
+    lang: str
+    metrics: dict[str, float | None] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    details: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.failures)
+
+
+class FailureBudgetExceeded(ComposerError):
+    """More samples failed than the run allows: a study marks the trial failed with this message."""
+
+    def __init__(self, failed: int, total: int, budget: float, usage: Usage) -> None:
+        self.failed = failed
+        self.total = total
+        self.budget = budget
+        kinds = ", ".join(f"{k} {n}" for k, n in usage.failed_calls.most_common()) or "none"
+        super().__init__(
+            f"{failed} of {total} samples failed, above the allowed share of {budget:.0%} "
+            f"(failed LLM calls by kind: {kinds})"
+        )
+
+
+def allowed_failures(total: int, max_share: float) -> int:
+    """How many of ``total`` samples may fail within ``max_share`` (a share of 0.1 of 20 allows 2)."""
+    return math.floor(max_share * total + 1e-9)
+
+
+class FailureBudget:
+    """How many samples of a run may fail (generation or a judge gave up) before the run fails.
+
+    Counted over the whole run, not per batch: the run fails as soon as its failures exceed
+    ``max_share`` of all its questions, which is exactly when the final share would.
+    """
+
+    def __init__(self, total: int, max_share: float) -> None:
+        self.total = total
+        self.max_share = max_share
+        self.allowed = allowed_failures(total, max_share)
+        self.failed = 0
+
+    @property
+    def remaining(self) -> int:
+        return self.allowed - self.failed
+
+    def spend(self, failed: int, usage: Usage) -> None:
+        """Count ``failed`` more samples; raise FailureBudgetExceeded once over the budget."""
+        self.failed += failed
+        if self.failed > self.allowed:
+            raise FailureBudgetExceeded(self.failed, self.total, self.max_share, usage)
+
+
+def require_llm(metrics: Sequence[str], llm: object | None, judge: object | None = None) -> None:
+    """A clear error when LLM metrics are asked for without an LLM, naming the setting to add."""
+    wanted = [m for m in metrics if m in GENERATION_METRICS]
+    if wanted and llm is None and judge is None:
+        raise ComposerError(
+            f"{', '.join(wanted)} need an LLM: set llm.model (or --llm MODEL); the judge defaults to it "
+            "(judge.model or --judge MODEL picks another)"
+        )
+
+
+def make_judges(
+    client: LLMClient, settings: JudgeSettings, embed: EmbedFn | None = None
+) -> dict[str, LLMJudge]:
+    """The judges for ``settings.metrics``, each with its deterministic fallback where one exists."""
+    f1 = TokenF1Scorer() if settings.fallback or settings.blend else None
+    overlap = OverlapFaithfulnessScorer() if settings.fallback or settings.blend else None
+    blend = settings.blend
+    judges: dict[str, LLMJudge] = {}
+    for metric in settings.metrics:
+        if metric == "answer_correctness":
+            judges[metric] = AnswerCorrectnessJudge(
+                client, embed=embed, weights=settings.correctness_weights, fallback=f1, blend=blend
+            )
+        elif metric == "faithfulness":
+            judges[metric] = FaithfulnessJudge(client, fallback=overlap, blend=blend)
+        elif metric == "llm_judge_rating":
+            judges[metric] = RatingJudge(client, fallback=f1, blend=blend)
+        elif metric == "answer_relevancy":
+            if embed is None:
+                raise ConfigError(
+                    "answer_relevancy needs an embedding function (pass the pipeline's embedder)",
+                    field="judge.metrics",
+                )
+            judges[metric] = AnswerRelevancyJudge(client, embed=embed, n=settings.relevancy_questions)
+        elif metric == "context_precision":
+            judges[metric] = ContextPrecisionJudge(client)
+        elif metric == "context_recall":
+            judges[metric] = ContextRecallJudge(client)
+    return judges
+
+
+async def ajudge_answers(
+    questions: Sequence[Question],
+    answers: Mapping[str, Answer],
+    judges: Mapping[str, LLMJudge],
+    *,
+    max_failures: int | None = None,
+    on_judged: Callable[[int], None] | None = None,
+) -> dict[str, SampleResult]:
+    """Question id -> every judge's verdict on its answer, graded against the answer's own contexts.
+
+    Questions without an answer (or whose generation failed) are left out. As soon as more than
+    ``max_failures`` samples have failed the calls still pending are cancelled, and the result holds only
+    the samples judged by then (the caller's FailureBudget then fails the run).
+    """
+
+    async def sample(q: Question) -> SampleResult:
+        answer = answers[q.id]
+        result = SampleResult(q.id, prompt_language(q.question))
+        verdicts: list[Verdict] = list(
+            await asyncio.gather(*(j.ajudge(q, answer.text, answer.contexts, None) for j in judges.values()))
+        )
+        for name, verdict in zip(judges, verdicts, strict=True):
+            result.metrics[name] = verdict.score.score
+            result.reasons[name] = verdict.score.reason
+            if verdict.details:
+                result.details[name] = verdict.details
+            if verdict.failed:
+                result.failures.append(f"{name}: {verdict.score.reason}")
+            if name == "faithfulness" and "grounded" in verdict.details and not verdict.failed:
+                result.metrics["grounded"] = float(bool(verdict.details["grounded"]))
+        if on_judged is not None:
+            on_judged(1)
+        return result
+
+    todo = [q for q in questions if q.id in answers and not answers[q.id].failed]
+    done, _ = await gather_until_failed([sample(q) for q in todo], lambda s: s.failed, max_failures)
+    return {s.question_id: s for s in done}
+
+
+def judge_answers(
+    questions: Sequence[Question],
+    answers: Mapping[str, Answer],
+    judges: Mapping[str, LLMJudge],
+    *,
+    max_failures: int | None = None,
+    on_judged: Callable[[int], None] | None = None,
+) -> dict[str, SampleResult]:
+    """The blocking form of ``ajudge_answers`` (run on the LLM loop, see ``run_sync``)."""
+    return run_sync(
+        ajudge_answers(questions, answers, judges, max_failures=max_failures, on_judged=on_judged)
+    )

@@ -1,0 +1,298 @@
+"""The optimization loop: how many trials a study runs, which trials hold a slot, and what ends it.
+
+``n_trials`` counts finished (complete or pruned) distinct configurations, so running the same command
+again only runs what is missing; a configuration the sampler proposes again is answered from its earlier
+trial and does not use up a slot (within ``REPEAT_ALLOWANCE``). Trials alive in a process that died are
+failed and their retry queued (``record_lost_trials``). Trials that keep failing end the study
+(``FailureGuard``): failed trials hold no slot, so nothing else would.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from composer.errors import ComposerError, StudyStopped
+from composer.redact import scrub_url
+from composer.study._workers import (
+    MAX_RETRIES,
+    fail_trials_of_gone_workers,
+    recover_lost_trials,
+    retry_lost_trial,
+    twin_retry,
+)
+from composer.study.experiment import StopConfig
+from composer.study.record import TrialRecord, failure_of
+
+if TYPE_CHECKING:
+    import optuna
+
+    from composer.study.writer import StudyTracker
+
+logger = logging.getLogger(__name__)
+
+REPEAT_ALLOWANCE = 2
+"""A study stops at ``n_trials`` distinct configurations, or at this many times ``n_trials`` trials in all
+(repeats and invalid sampled combinations included), so a search space smaller than ``n_trials``, one
+whose combinations are mostly invalid, or a sampler stuck on one point, still ends."""
+SHARE_FROM = 10
+"""Trials that must have ended before the failed share (``StopConfig.failed_share``) can stop a study: the
+first failures of a young study say little about the share."""
+
+
+class SurplusTrial(ComposerError):
+    """A trial started after the study's target was reached (by other workers): failed unscored."""
+
+
+def holding_states() -> tuple[optuna.trial.TrialState, ...]:
+    """The trials that hold one of the study's ``n_trials`` slots: finished ones and those another
+    worker is running. Waiting trials (enqueued, or a retry of a dead worker's) hold none: they are
+    what is left to run, so counting them would stop the study before running them."""
+    from optuna.trial import TrialState
+
+    return TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING
+
+
+def distinct(trials: Sequence[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    """Trials that are not a repeat of an earlier trial's configuration (repeats are marked when they end;
+    a running trial counts as distinct until then)."""
+    out = []
+    for t in trials:
+        record = TrialRecord.of(t)
+        if record is None or record.duplicate_of is None:
+            out.append(t)
+    return out
+
+
+def finished_distinct(study: optuna.Study) -> int:
+    from optuna.trial import TrialState
+
+    return len(distinct(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))))
+
+
+def target_reached(
+    study: optuna.Study,
+    target: int,
+    before: int | None = None,
+    trials: Sequence[optuna.trial.FrozenTrial] | None = None,
+) -> bool:
+    """``target`` distinct slot-holding trials (numbered below ``before``), or the repeat allowance spent;
+    ``trials`` the study's, when already read."""
+    from optuna.trial import TrialState
+
+    counted = (*holding_states(), TrialState.FAIL)
+    trials = [
+        t
+        for t in (study.get_trials(deepcopy=False) if trials is None else trials)
+        if t.state in counted and (before is None or t.number < before)
+    ]
+    holding = [t for t in trials if t.state != TrialState.FAIL]
+    spent = len(holding) + sum(1 for t in trials if failure_of(t) == "invalid")
+    return len(distinct(holding)) >= target or spent >= REPEAT_ALLOWANCE * target
+
+
+TrialHook = Callable[["optuna.Study", "optuna.trial.FrozenTrial", "Sequence[optuna.trial.FrozenTrial]"], None]
+"""Called when a trial ends with the study, the trial and the study's trials."""
+
+
+def after_each_trial(
+    *hooks: TrialHook, tracker: StudyTracker | None = None, untagged_after_s: float | None = None
+) -> Callable[[optuna.Study, optuna.trial.FrozenTrial], None]:
+    """One Optuna callback for the hooks that read the study's trials when a trial ends: they share one
+    read of them (each read is a query of the storage, ~4 ms). With a ``tracker``, trials of workers that
+    died meanwhile (another process of this study, on this machine) are failed and queued again first,
+    so their slots are not counted as held and no worker stops one trial short."""
+
+    def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        trials = study.get_trials(deepcopy=False)
+        if tracker is not None:
+            lost = fail_trials_of_gone_workers(study, trials, untagged_after_s=untagged_after_s)
+            for t in lost:
+                retry_lost_trial(study, t)
+            if lost:
+                tracker.lost([_lost(t) for t in lost])
+                trials = study.get_trials(deepcopy=False)
+        for hook in hooks:
+            hook(study, trial, trials)
+
+    return callback
+
+
+def stop_at(target: int) -> TrialHook:
+    """Stop this worker once the study holds its ``target`` (see ``target_reached``)."""
+
+    def hook(
+        study: optuna.Study, trial: optuna.trial.FrozenTrial, trials: Sequence[optuna.trial.FrozenTrial]
+    ) -> None:
+        if target_reached(study, target, trials=trials):
+            study.stop()
+
+    return hook
+
+
+class StudyObjective:
+    """``run`` as the study's objective: only for the first ``target`` trials that hold a slot, in
+    trial-number order (every trial without a target), once per queued retry, and with every failure on
+    the trial's record. ``trial_id`` is the trial it ran last.
+
+    Two workers checking the count at the same instant may both start one more trial; numbers are
+    unique, so every worker agrees which is surplus: it stops its worker and fails unscored. Two workers
+    starting together after a crash may both queue a retry of one lost trial: the later-numbered retry is
+    surplus the same way. A failure that ``run`` did not record (an error after the trial's record was
+    saved, a full disk) is recorded here as the pipeline's, so it counts toward the stop rules and is
+    never taken for a trial whose process died.
+    """
+
+    def __init__(
+        self,
+        target: int | None,
+        run: Callable[[optuna.Trial], Any],
+        tracker: StudyTracker | None,
+        worker: str | None = None,
+    ) -> None:
+        self.target = target
+        self.run = run
+        self.tracker = tracker
+        self.worker = worker
+        self.trial_id: int | None = None
+
+    def __call__(self, trial: optuna.Trial) -> Any:
+        import optuna
+
+        self.trial_id = trial._trial_id
+        reason = None
+        if self.target is not None and target_reached(trial.study, self.target, before=trial.number):
+            trial.study.stop()
+            reason = f"surplus: the study's {self.target} trials were already taken by other workers"
+        elif (twin := twin_retry(trial.study, trial.number, _system_attrs(trial))) is not None:
+            reason = f"surplus: trial #{twin} already runs this retry"
+        if reason is not None:
+            TrialRecord({}, "", self.worker, error=reason, failure="surplus").save(trial)
+            if self.tracker is not None:
+                self.tracker.lost([(trial.number, None, reason)])
+            raise SurplusTrial(reason)
+        try:
+            return self.run(trial)
+        except optuna.TrialPruned:
+            raise
+        except Exception as exc:
+            record = TrialRecord.of(trial)
+            if record is None or record.failure is None:
+                error = scrub_url(f"{type(exc).__name__}: {exc}")[:4000]
+                base = record or TrialRecord(dict(trial.params), "", self.worker)
+                base.updated(error=error, failure="error").save(trial)
+            raise
+
+
+def _system_attrs(trial: optuna.Trial) -> dict[str, Any]:
+    # A running Trial exposes no system attributes; its storage does (Optuna's callbacks read it so).
+    return dict(trial.study._storage.get_trial_system_attrs(trial._trial_id))
+
+
+LOST = f"the process running this trial died; its configuration runs again (up to {MAX_RETRIES} times)"
+
+
+def optimize(
+    study: optuna.Study,
+    objective: StudyObjective,
+    *,
+    timeout: float | None,
+    callback: Callable[[optuna.Study, optuna.trial.FrozenTrial], None],
+) -> None:
+    """``study.optimize`` until a hook stops it or ``timeout`` passes (no trial count: repeats free their
+    slot, so ``stop_at`` ends the loop). A trial of this process that another process failed meanwhile
+    (taking this one for dead: a heartbeat missed while it was suspended) makes Optuna's tell fail when
+    the trial ends (a ValueError, then an AssertionError from Optuna's own bookkeeping); the trial is
+    queued again by the other process, so the loop goes on instead of ending in a traceback."""
+    started = time.monotonic()
+    while True:
+        left = None if timeout is None else timeout - (time.monotonic() - started)
+        if left is not None and left <= 0:
+            return
+        try:
+            study.optimize(objective, timeout=left, catch=(Exception,), callbacks=[callback])
+            return
+        except (ValueError, AssertionError):
+            lost = None if objective.trial_id is None else study._storage.get_trial(objective.trial_id)
+            if lost is None or failure_of(lost) != "lost":
+                raise
+            logger.warning("trial #%d was failed by another process that took this one for dead; its "
+                           "configuration runs again", lost.number)
+
+
+def record_lost_trials(study: optuna.Study, tracker: StudyTracker, *, untagged_after_s: float) -> None:
+    """Fail the trials of dead processes now (and queue their retry), and give each a FAILED run: at once
+    for a process of this machine that is gone, by heartbeat for the others."""
+    recover_lost_trials(study, untagged_after_s=untagged_after_s)
+    lost = [_lost(t) for t in study.get_trials(deepcopy=False) if failure_of(t) == "lost"]
+    if lost:
+        tracker.lost(lost)
+
+
+def _lost(trial: optuna.trial.FrozenTrial) -> tuple[int, dict[str, Any], str]:
+    """What the MLflow writer records of a lost trial: its number, configuration and why."""
+    record = TrialRecord.of(trial)
+    return trial.number, dict(record.config) if record is not None else dict(trial.params), LOST
+
+
+class FailureGuard:
+    """A ``TrialHook`` that stops the study when its trials keep failing (``StopConfig``); ``reason``
+    then says why, for the one error the study ends with (``raise_if_stopped``).
+
+    Every worker of a study reads the same trials, so all of them stop. What counts: distinct trials
+    that ended (complete, pruned, or failed in their pipeline), in number order.
+    """
+
+    def __init__(self, config: StopConfig) -> None:
+        self.config = config
+        self.reason: str | None = None
+
+    def __call__(
+        self, study: optuna.Study, trial: optuna.trial.FrozenTrial, trials: Sequence[optuna.trial.FrozenTrial]
+    ) -> None:
+        if self.reason is None:
+            self.reason = self.check(trials)
+            if self.reason is not None:
+                study.stop()
+
+    def check(self, trials: Sequence[optuna.trial.FrozenTrial]) -> str | None:
+        from optuna.trial import TrialState
+
+        ended = [
+            t
+            for t in distinct(trials)
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED) or failure_of(t) == "error"
+        ]
+        ended.sort(key=lambda t: t.number)
+        failed = [t for t in ended if t.state == TrialState.FAIL]
+        run, share = self.config.consecutive_failures, self.config.failed_share
+        if run is not None and len(ended) >= run and all(t.state == TrialState.FAIL for t in ended[-run:]):
+            return f"its last {run} trials failed" + _errors(ended[-run:])
+        if share is not None and len(ended) >= SHARE_FROM and len(failed) > share * len(ended):
+            return f"{len(failed)} of its {len(ended)} trials failed (over {share:.0%})" + _errors(failed)
+        return None
+
+    def raise_if_stopped(self, study_name: str) -> None:
+        if self.reason is not None:
+            raise StudyStopped(
+                f"study '{study_name}' stopped: {self.reason}. Fix the cause and run the same command "
+                "again: finished trials are kept, and failed ones take none of n_trials "
+                "(`composer trials` lists them; --debug shows tracebacks)"
+            )
+
+
+def _errors(trials: Sequence[optuna.trial.FrozenTrial]) -> str:
+    """The failures' errors, most frequent kind first: "; 3 x ConnectionError: ... (trials 4, 5, 6)"."""
+    kinds: dict[str, list[optuna.trial.FrozenTrial]] = {}
+    for t in trials:
+        record = TrialRecord.of(t)
+        error = (record.error if record is not None else None) or "unknown error"
+        kinds.setdefault(error.partition(":")[0], []).append(t)
+    kind, group = max(kinds.items(), key=lambda item: len(item[1]))
+    record = TrialRecord.of(group[-1])
+    last = ((record.error if record is not None else None) or kind).splitlines()[0][:300]
+    numbers = ", ".join(f"#{t.number}" for t in group[-5:])
+    more = f" (and {len(kinds) - 1} other kinds of error)" if len(kinds) > 1 else ""
+    return f"; {len(group)} x {last} ({numbers}){more}"

@@ -1,0 +1,222 @@
+"""Samplers and pruners of a study: the configured Optuna ones, seeded per trial, and a grid that knows
+a search space's conditions.
+
+Per-trial seeding: a trial draws from a sampler seeded ``seed + place``, ``place`` being the number of
+trials before it (those cut off by a dead process left out), for the samplers that draw at random (TPE,
+random, NSGA-II). Workers started together take different places, so they propose different
+configurations instead of the same ones in lockstep; one worker's study stays reproducible from its seed,
+a resumed study does not replay its proposals, and a study killed and resumed any number of times
+proposes what the uninterrupted one did.
+
+The grid: Optuna's GridSampler takes the Cartesian product of every axis, so a conditional space (RRF's
+k only for hybrid RRF, a convex weight only for convex fusion) multiplies into duplicates. Here the grid
+is the list of configurations the space's conditions allow, each once: AutoRAG's 485-configuration space
+is 484 trials, not 3 x 2 x 3 x 77 x 4 x 101. Imported lazily: it subclasses Optuna's samplers.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import optuna
+from optuna import Study
+from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler
+from optuna.trial import FrozenTrial, TrialState
+
+from composer.errors import ConfigError
+from composer.study._workers import retried_numbers, tag_trial, worker_id
+from composer.study.experiment import ExperimentConfig, PrunerConfig
+from composer.study.record import GRID_ID, TrialRecord, failure_of
+from composer.study.space import SearchSpace
+
+
+def make_sampler(exp: ExperimentConfig, space: SearchSpace, seed_offset: int) -> BaseSampler:
+    """The configured sampler, seeded ``seed + seed_offset``; a study seeds one per trial (``study_sampler``).
+
+    The grid sampler alone keeps ``seed``: its seed orders the grid, one order for the whole study.
+    """
+    cfg = exp.sampler
+    name = cfg.name
+    if name == "auto":
+        name = "nsga2" if exp.multi_objective else "tpe"
+    options = cfg.options
+    try:
+        if name == "grid":
+            if options:
+                raise TypeError(f"unexpected option(s) {sorted(options)}")
+            return ConditionalGridSampler(space.grid(), seed=cfg.seed)
+        seed = None if cfg.seed is None else cfg.seed + seed_offset
+        cls = {
+            "tpe": optuna.samplers.TPESampler,
+            "random": optuna.samplers.RandomSampler,
+            "nsga2": optuna.samplers.NSGAIISampler,
+        }[name]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return cls(seed=seed, **options)
+    except TypeError as exc:
+        raise ConfigError(f"bad option for the {name} sampler: {exc}", field="sampler") from None
+
+
+def study_sampler(exp: ExperimentConfig, space: SearchSpace) -> BaseSampler:
+    """The study's sampler: tags each trial with its worker, and is seeded per trial when it draws at
+    random and has a seed. The grid needs no per-trial seed: it hands each trial, whichever worker asks,
+    a point no trial has taken yet."""
+    if exp.sampler.seed is None or exp.sampler.name == "grid":
+        fixed = make_sampler(exp, space, 0)
+        return StudySampler(lambda _: fixed, per_trial=False)
+    return StudySampler(lambda place: make_sampler(exp, space, place), per_trial=True)
+
+
+def place_in_study(study: Study, number: int) -> int:
+    """How many trials came before trial ``number``, leaving out the surplus of racing workers and those
+    cut off by a dead process and run again (their retry takes their place) or cut off while their
+    parameters were drawn (the next trial draws them anew): a study killed and resumed seeds each trial
+    as the run that was never interrupted did, so it proposes the same configurations. A trial cut off
+    too often to be run again keeps its place, so its configuration (one that kills its process, say) is
+    not proposed anew."""
+    trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
+    retried = retried_numbers(trials)
+
+    def takes_place(t: FrozenTrial) -> bool:
+        kind = failure_of(t)
+        if kind == "lost":
+            return t.number not in retried and TrialRecord.of(t) is not None
+        return kind != "surplus"
+
+    return sum(1 for t in trials if t.number < number and takes_place(t))
+
+
+def make_pruner(cfg: PrunerConfig) -> optuna.pruners.BasePruner:
+    """The configured pruner; the median pruner waits for 3 trials and prunes from the second batch on."""
+    defaults: dict[str, dict[str, Any]] = {
+        "median": {"n_startup_trials": 3, "n_warmup_steps": 1},
+        "percentile": {"percentile": 25.0, "n_startup_trials": 3, "n_warmup_steps": 1},
+    }
+    options = {**defaults.get(cfg.name, {}), **cfg.options}
+    cls = {
+        "median": optuna.pruners.MedianPruner,
+        "percentile": optuna.pruners.PercentilePruner,
+        "hyperband": optuna.pruners.HyperbandPruner,
+        "successive_halving": optuna.pruners.SuccessiveHalvingPruner,
+        "none": optuna.pruners.NopPruner,
+    }[cfg.name]
+    try:
+        return cls(**options)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"bad option for the {cfg.name} pruner: {exc}", field="pruner") from None
+
+
+class StudySampler(BaseSampler):
+    """Delegates to ``make(place)``, ``place`` being the trial's ``place_in_study`` when ``per_trial``
+    (every sampler state Optuna needs lives in the storage), and tags each new trial with its worker."""
+
+    def __init__(self, make: Callable[[int], BaseSampler], *, per_trial: bool) -> None:
+        self._make = make
+        self._per_trial = per_trial
+        self.sampler = make(0)
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        tag_trial(study, trial)
+        if self._per_trial:
+            self.sampler = self._make(place_in_study(study, trial.number))
+        self.sampler.before_trial(study, trial)
+
+    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return self.sampler.infer_relative_search_space(study, trial)
+
+    def sample_relative(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        return self.sampler.sample_relative(study, trial, search_space)
+
+    def sample_independent(
+        self, study: Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        return self.sampler.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(
+        self, study: Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
+    ) -> None:
+        self.sampler.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.sampler.reseed_rng()
+
+
+class ConditionalGridSampler(BaseSampler):
+    """Each trial takes the next configuration of ``points`` no trial has taken (one finished, failed or
+    running holds it), in an order shuffled by ``seed``; once every point is taken the study stops.
+
+    Workers asking at the same instant may take the same point: the second then repeats the first, which
+    the study answers from the first's result (see ``composer.study.runner``).
+    """
+
+    def __init__(self, points: Sequence[dict[str, Any]], seed: int | None = None) -> None:
+        self.points = list(points)
+        self.order = list(range(len(self.points)))
+        if seed is not None:
+            random.Random(seed).shuffle(self.order)
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        if GRID_ID in trial.system_attrs:
+            return
+        fixed = trial.system_attrs.get("fixed_params")
+        if fixed is not None:  # a retry of a trial whose process died: the same point again
+            grid_id = next((i for i, p in enumerate(self.points) if p == fixed), None)
+        else:
+            taken = self._taken(study)
+            grid_id = next((i for i in self.order if i not in taken), None)
+            if grid_id is None:
+                study.stop()
+                grid_id = self.order[-1] if self.order else None
+        if grid_id is not None:
+            study._storage.set_trial_system_attr(trial._trial_id, GRID_ID, grid_id)
+
+    def after_trial(
+        self, study: Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
+    ) -> None:
+        if len(self._taken(study)) >= len(self.points):
+            study.stop()
+
+    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return {}
+
+    def sample_relative(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(
+        self, study: Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        grid_id = trial.system_attrs.get(GRID_ID)
+        if grid_id is None or param_name not in self.points[grid_id]:
+            raise ConfigError(
+                f"the grid has no value for {param_name!r} in this configuration",
+                field=f"dimensions.{param_name}",
+            )
+        return self.points[grid_id][param_name]
+
+    def _taken(self, study: Study) -> set[int]:
+        """Points finished, running or queued, and failed points no run should try again: an invalid
+        combination, a trial cut off too often to be run again, and one whose pipeline failed in this
+        process (a later run, the cause fixed, tries it again: the stop rules end a run that fails on)."""
+        trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
+        retried = retried_numbers(trials)
+        me = worker_id()
+
+        def holds(t: FrozenTrial) -> bool:
+            kind = failure_of(t)
+            if kind is None:
+                return True
+            if kind == "lost":
+                return t.number not in retried
+            record = TrialRecord.of(t)
+            return kind == "invalid" or (kind == "error" and record is not None and record.worker == me)
+
+        return {t.system_attrs[GRID_ID] for t in trials if GRID_ID in t.system_attrs and holds(t)}

@@ -1,0 +1,151 @@
+"""What Composer records of a trial, typed: ``TrialRecord`` on the Optuna trial, ``TrialLog`` for MLflow.
+
+Optuna keeps a trial's parameters, state and values; the rest (the pipeline config, its metrics, the
+index it used, why it failed or where it was pruned, what it repeats, its LLM spending) is one
+``TrialRecord`` stored as the trial's ``composer`` user attribute, read back with ``TrialRecord.of``, as
+Optuna's ``FrozenTrial`` reads its own columns. ``TrialLog`` is what the MLflow writer receives when a
+trial ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import optuna
+
+    from composer.evaluation.report import EvaluationReport
+    from composer.pipeline.config import PipelineConfig
+
+FailureKind = Literal["error", "invalid", "surplus"]
+
+GRID_ID = "composer.grid_id"
+"""Trial system attribute: the index of the trial's configuration in the study's grid."""
+RECORD_ATTR = "composer"
+"""The trial user attribute holding its TrialRecord."""
+SCHEMA = 2
+"""Bumped when TrialRecord changes incompatibly: a study recorded with another schema is not resumed."""
+
+
+@dataclass(frozen=True)
+class IndexUse:
+    """The index a trial searched: its key, size, whether it was built or reused, what encoding cost."""
+
+    key: str
+    n_chunks: int
+    reused: bool
+    embeddings_computed: int
+    embeddings_reused: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class PrunedAt:
+    step: int
+    questions: int
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """A trial as Composer knows it. ``metrics`` holds a complete trial's every metric and ``composite``;
+    a pruned trial's hold ``composite_at_prune`` and where it stopped (``pruned_at``) instead."""
+
+    config: Mapping[str, Any]
+    config_hash: str
+    worker: str | None = None
+    index: IndexUse | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    pruned_at: PrunedAt | None = None
+    duplicate_of: int | None = None
+    error: str | None = None
+    failure: FailureKind | None = None
+    """Why a failed trial failed: its pipeline raised ("error"), its sampled values do not make a valid
+    configuration ("invalid"), or it started after other workers had taken the study's last slot
+    ("surplus"). A failed trial without one was cut off by the death of its process."""
+    llm_usage: Mapping[str, float] = field(default_factory=dict)
+    seconds: Mapping[str, float] = field(default_factory=dict)
+    """Where the trial's time went: index, search, fusion, answer, judge, metrics, steps."""
+
+    @property
+    def composite(self) -> float | None:
+        value = self.metrics.get("composite")
+        return None if value is None else float(value)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored form: the config scrubbed of credentials (a study storage is no place for them;
+        the trial's parameters rebuild the real config)."""
+        from composer.redact import scrub, scrub_url
+
+        error = None if self.error is None else scrub_url(self.error)
+        return {"schema": SCHEMA, **asdict(self), "config": scrub(self.config), "error": error}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrialRecord:
+        index, pruned = data.get("index"), data.get("pruned_at")
+        return cls(
+            config=dict(data["config"]),
+            config_hash=str(data["config_hash"]),
+            worker=data.get("worker"),
+            index=IndexUse(**index) if index else None,
+            metrics=dict(data.get("metrics") or {}),
+            pruned_at=PrunedAt(**pruned) if pruned else None,
+            duplicate_of=data.get("duplicate_of"),
+            error=data.get("error"),
+            failure=data.get("failure") or ("error" if data.get("error") else None),
+            llm_usage=dict(data.get("llm_usage") or {}),
+            seconds=dict(data.get("seconds") or {}),
+        )
+
+    @classmethod
+    def of(cls, trial: optuna.trial.FrozenTrial | optuna.Trial) -> TrialRecord | None:
+        """The record of a trial (finished, or running in this process), None for one that never got as
+        far as a configuration."""
+        data = trial.user_attrs.get(RECORD_ATTR)
+        return cls.from_dict(data) if isinstance(data, Mapping) else None
+
+    def save(self, trial: optuna.Trial) -> None:
+        trial.set_user_attr(RECORD_ATTR, self.to_dict())
+
+    def updated(self, **changes: Any) -> TrialRecord:
+        return replace(self, **changes)
+
+
+@dataclass
+class TrialLog:
+    """What the MLflow writer records for one trial, whatever its end: a nested run with params, metrics,
+    tags, the report (so far, for a pruned trial) as artifacts, and traces."""
+
+    number: int
+    config: PipelineConfig | Mapping[str, Any] | None
+    started: datetime
+    state: str = "RUNNING"
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    steps: list[float] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)
+    report: EvaluationReport | None = None
+    answerer: str = "extractive"
+    judge: str | None = None
+    error_rates: Mapping[str, Any] | None = None  # error_rates.json of a trial that failed before a report
+    generation: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Per traced question: how its answer was generated (model, template, tokens, cache, failure)."""
+
+    @property
+    def config_dict(self) -> dict[str, Any] | None:
+        if self.config is None:
+            return None
+        to_dict = getattr(self.config, "to_dict", None)
+        return dict(to_dict() if to_dict is not None else self.config)
+
+
+def failure_of(trial: optuna.trial.FrozenTrial) -> FailureKind | Literal["lost"] | None:
+    """Why a failed trial failed (see ``TrialRecord.failure``), "lost" when its process died; None for
+    a trial that did not fail."""
+    from optuna.trial import TrialState
+
+    if trial.state != TrialState.FAIL:
+        return None
+    record = TrialRecord.of(trial)
+    return "lost" if record is None or record.failure is None else record.failure

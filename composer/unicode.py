@@ -1,0 +1,64 @@
+"""Text from users' files is valid Unicode before anything hashes, stores or prints it.
+
+Strict UTF-8 decoding finds bad bytes. A lone surrogate (U+D800–U+DFFF, half of a UTF-16 pair) arrives
+already decoded, from a JSON ``"\\ud800"`` or YAML ``"\\ud800"`` escape or from a DataFrame, and would only
+fail when first encoded (a fingerprint, a cache key, MLflow), far from the file and line that held it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from composer.errors import InputError
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def decode_utf8(data: bytes, path: str | Path) -> str:
+    """``data`` decoded as strict UTF-8 (a leading BOM is dropped); bad bytes are located exactly."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        bad = data[e.start : e.end].hex(" ")
+        raise InputError(
+            f"not valid UTF-8: byte(s) {bad} at byte offset {e.start}; save the file as UTF-8",
+            path=path,
+            line=line,
+        ) from e
+
+
+def invalid_text(text: str) -> str | None:
+    """What is wrong with ``text`` (its first lone surrogate, named by code point and 1-based character
+    position), None when nothing is."""
+    match = _SURROGATE.search(text)
+    if match is None:
+        return None
+    return f"invalid text (lone surrogate U+{ord(match.group()):04X} at character {match.start() + 1})"
+
+
+def printable(text: str) -> str:
+    """``text`` with lone surrogates written as ``\\udXXX`` escapes: safe in a message."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def first_invalid(value: Any, field: str = "") -> tuple[str, str] | None:
+    """(dotted field, what is wrong) for the first invalid string in ``value``, a row of nested dicts and
+    lists (keys included), or None."""
+    if isinstance(value, str):
+        problem = invalid_text(value)
+        return None if problem is None else (field, problem)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            name = f"{field}.{printable(str(key))}" if field else printable(str(key))
+            if isinstance(key, str) and (problem := invalid_text(key)) is not None:
+                return name, problem.replace("invalid text", "invalid field name")
+            if (found := first_invalid(item, name)) is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            if (found := first_invalid(item, f"{field}[{i}]")) is not None:
+                return found
+    return None
