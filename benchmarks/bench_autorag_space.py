@@ -1,6 +1,6 @@
 """AutoRAG's whole retrieval space on ARCD, as one Composer study: wall time, peak memory, per-trial split.
 
-The work is the one AutoRAG 0.3.27 did on this machine (its figures below, measured once on the same data):
+The work is the one AutoRAG 0.3.27 did on a 2-core Intel Xeon (its figures below, measured once, same data):
 every one of ARCD's 1,395 questions retrieved and scored (recall, nDCG at 10) for BM25, dense retrieval with
 all-MiniLM-L6-v2, hybrid RRF with rrf_k 4..80 and convex combination with 4 normalizations x 101 weights.
 Composer runs search_spaces/autorag-arcd.yaml as a grid (484 trials: its BM25 comes with and without
@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-# AutoRAG 0.3.27 on ARCD, all 1,395 questions, on this machine (2 cores): 485 configurations evaluated in
+# AutoRAG 0.3.27 on ARCD, all 1,395 questions, on a 2-core Intel Xeon: 485 configurations evaluated in
 # 1,898 s (31 min 38 s) wall, 1.51 GB peak RSS; its best: recall@10 0.832, nDCG@10 0.679, MRR@10 0.630.
 AUTORAG = {"configurations": 485, "wall_s": 1898.0, "peak_gb": 1.51, "ndcg@10": 0.679, "recall@10": 0.832}
 
