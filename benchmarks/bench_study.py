@@ -15,11 +15,8 @@ the corpus again for each new chunking, AutoRAG's once): bench_autorag_space.py 
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
@@ -27,7 +24,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_autorag_space import AUTORAG, tree_memory_kib  # noqa: E402
+from bench_autorag_space import AUTORAG, ratio, run_optimize  # noqa: E402
 
 WORK = ("index", "search", "fusion", "metrics", "answer", "judge")
 
@@ -60,26 +57,7 @@ def main() -> None:
             ),
             encoding="utf-8",
         )
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-        composer = str(Path(sys.executable).with_name("composer"))
-        started = time.perf_counter()
-        process = subprocess.Popen(
-            [composer, "optimize", str(experiment)],
-            env=env,
-            cwd=tmp,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        peak = 0
-        while process.poll() is None:
-            peak = max(peak, tree_memory_kib(process.pid)[0])
-            time.sleep(0.1)
-        wall = time.perf_counter() - started
-        if process.returncode != 0:
-            sys.exit(
-                f"composer optimize failed:\n{(process.stderr.read() if process.stderr else '')[-4000:]}"
-            )
+        wall, (peak, _, _) = run_optimize(experiment, Path(tmp))
         report(work, wall, peak / 1024**2)
 
 
@@ -131,7 +109,7 @@ def report(work: Path, wall: float, peak_gb: float) -> None:
     print(
         f"\nper configuration: Composer {per_config:.2f} s (study wall / {distinct} distinct configurations, "
         f"{encode['encode_passes']} encode passes) vs AutoRAG 0.3.27 {autorag:.2f} s (1,898 s / 485 on the "
-        f"same data, 1 encode pass): {autorag / per_config:.1f}x less"
+        f"same data, 1 encode pass): {ratio(autorag, per_config)}"
     )
 
 

@@ -178,3 +178,22 @@ def test_settings_fingerprint_follows_what_shapes_the_set() -> None:
         SynthConfig(n=10, llm="openai/m", min_passage_chars=500, max_passage_chars=100)  # type: ignore[arg-type]
     with pytest.raises(ValidationError):
         SynthConfig(n=10, llm="openai/m", mix={"trivia": 1.0})  # type: ignore[arg-type]
+
+
+def test_public_settings_keep_no_secret_from_the_endpoint_url() -> None:
+    """The report file and its MLflow params are built from ``public()``: a password or a key in the
+    endpoint's URL stays out of both, the variable that holds the key is named."""
+    config = SynthConfig.model_validate(
+        {
+            "n": 10,
+            "llm": {
+                "model": "openai/m",
+                "api_base": "https://writer:hunter2@llm.example/v1?api-key=hunter3&region=eu",
+                "api_key_env": "WRITER_KEY",
+            },
+        }
+    )
+    public = config.public()
+    assert "hunter2" not in str(public) and "hunter3" not in str(public)
+    assert public["llm"]["api_base"].startswith("https://***@llm.example/v1?")
+    assert "region=eu" in public["llm"]["api_base"] and public["llm"]["api_key_env"] == "WRITER_KEY"

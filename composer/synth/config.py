@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from composer.llm.config import LLMConfig
+from composer.redact import scrub
 
 Kind = Literal["factoid", "conceptual", "multi_hop", "unanswerable"]
 KINDS: tuple[Kind, ...] = ("factoid", "conceptual", "multi_hop", "unanswerable")
@@ -139,8 +140,11 @@ class SynthConfig(BaseModel):
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
     def public(self) -> dict[str, Any]:
-        """The settings for reports and MLflow params: no key, only the name of its variable."""
-        return {
-            **self.model_dump(exclude={"llm"}, mode="json"),
-            "llm": self.llm.model_dump(exclude={"price", "prices"}, mode="json"),
-        }
+        """The settings for reports and MLflow params: no key, only the name of its variable, and no
+        password or key in the endpoint's URL."""
+        return scrub(
+            {
+                **self.model_dump(exclude={"llm"}, mode="json"),
+                "llm": self.llm.model_dump(exclude={"price", "prices"}, mode="json"),
+            }
+        )

@@ -8,18 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from composer.errors import InputError
+from composer.redact import flatten
 from composer.store import sqlite_file
-
-
-def _flat(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(_flat(value, f"{name}."))
-        else:
-            out[name] = value
-    return out
 
 
 def log_report_to_mlflow(
@@ -54,7 +44,7 @@ def log_report_to_mlflow(
         **{f"dropped_{r}": n for r, n in report["dropped"].items()},
     }
     now = int(time.time() * 1000)
-    params = {**_flat(settings), "corpus_fingerprint": report["corpus"]["fingerprint"]}
+    params = {**flatten(settings), "corpus_fingerprint": report["corpus"]["fingerprint"]}
     client.log_batch(
         run.info.run_id,
         metrics=[Metric(k, float(v), now, 0) for k, v in counts.items()],
