@@ -22,7 +22,7 @@ from composer.evaluation.report import EvaluationReport, SampleTable
 from composer.study.live import StudyProgress
 from composer.study.record import TrialLog
 from composer.study.tracking import RunWriter
-from composer.study.writer import Orphans, StudyTracker, WriterSettings
+from composer.study.writer import TRACE_BACKLOG, Orphans, Spool, StudyTracker, WriterSettings, _write
 
 TABLE = ChunkTable(
     ("a#0", "b#0", "c#0"), ("a", "b", "c"), ("alpha text", "beta text", "gamma text"), key="composer-test"
@@ -153,6 +153,32 @@ def test_a_repeat_points_at_the_run_of_the_trial_it_repeats(tmp_path: Path) -> N
     repeat.tags["composer.duplicate_of"] = "0"
     writer.write_trial(repeat)
     assert runs_by_trial(tmp_path)[1].data.tags["composer.duplicate_of_run"] == original
+
+
+def test_a_writer_behind_the_trials_skips_mlflow_traces_and_keeps_traces_jsonl(tmp_path: Path) -> None:
+    """MLflow traces are the slowest thing a trial logs: while more than TRACE_BACKLOG records wait, the
+    writer leaves them out (saying so in a tag); every question stays in the run's traces.jsonl."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    writer = RunWriter(f"sqlite:///{tmp_path / 'mlflow.db'}", "writer", "s", storage=storage, max_traces=2)
+    spool = Spool(tmp_path / "spool")
+    tables: dict[str, ChunkTable] = {}
+    for number, backlog in ((0, 0), (1, TRACE_BACKLOG + 1)):
+        path = spool.put("trial", trial_log(number))
+        assert _write(writer, path, spool.tables, tables, backlog) is None
+    mlflow.flush_trace_async_logging()  # in-process here; the writer process logs traces synchronously
+    runs = runs_by_trial(tmp_path)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    for number, traced in ((0, 2), (1, 0)):
+        run = runs[number]
+        found = client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id)
+        assert len(found) == traced
+        lines = Path(client.download_artifacts(run.info.run_id, "traces.jsonl", str(tmp_path / str(number))))
+        assert len(lines.read_text(encoding="utf-8").splitlines()) == 2
+    assert "composer.traces" not in runs[0].data.tags
+    assert runs[1].data.tags["composer.traces"].startswith("skipped: the MLflow writer was behind")
 
 
 def test_the_live_view_shows_a_running_trials_progress() -> None:
