@@ -212,3 +212,13 @@ def test_a_space_smaller_than_n_trials_ends_within_the_repeat_allowance(experime
     assert len({t.params["retrieval.k"] for t in distinct}) == len(distinct) == 2
     assert len(finished) == REPEAT_ALLOWANCE * 4
     assert all(t.value == next(d.value for d in distinct if d.params == t.params) for t in finished)
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "verdict"),
+    [(0.001, 0.02, "yes"), (-0.01, 0.02, "not significantly"), (-0.0116, -0.0002, "no, the runner-up is")],
+)
+def test_the_held_out_verdict_says_when_the_runner_up_wins(low: float, high: float, verdict: str) -> None:
+    from composer.cli.optimize import held_out_verdict
+
+    assert held_out_verdict(low, high) == verdict

@@ -58,7 +58,7 @@ def optimize_command(
     held = summary.get("held_out")
     if held and "difference" in held:
         d = held["difference"]
-        verdict = "yes" if d["winner_really_better"] else "not significantly"
+        verdict = held_out_verdict(d["ci95"][0], d["ci95"][1])
         out.print(f"held-out ({held['n_questions']} questions): winner #{held['winner']['trial']} "
                   f"{held['winner']['held_out_composite']:.4f} vs runner-up #{held['runner_up']['trial']} "
                   f"{held['runner_up']['held_out_composite']:.4f}; difference {d['mean']:+.4f} "
@@ -73,3 +73,13 @@ def optimize_command(
     out.print(f"MLflow: {scrub_url(result.tracking_uri)} (composer ui --experiment {experiment}) · "
               f"export: composer export {result.name} --experiment {experiment} --out best.yaml",
               highlight=False)
+
+
+def held_out_verdict(low: float, high: float) -> str:
+    """Is the winner really better than the runner-up on the held-out questions, from the 95% CI of their
+    paired difference: an interval below 0 says the runner-up is, which "not significantly" would hide."""
+    if low > 0:
+        return "yes"
+    if high < 0:
+        return "no, the runner-up is"
+    return "not significantly"
