@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from typer.testing import CliRunner
 from composer.cli.app import app
 from composer.errors import StudyStopped
 from composer.study import _workers
-from composer.study._optimize import FailureGuard, target_reached
+from composer.study._optimize import CtrlC, FailureGuard, target_reached
 from composer.study._workers import WORKER_ATTR, fail_trials_of_gone_workers, is_gone, worker_id
 from composer.study.experiment import StopConfig
 from composer.study.record import TrialRecord
@@ -593,3 +595,23 @@ def test_a_storage_url_with_options_is_checked_as_its_file(tmp_path: Path) -> No
     with pytest.raises(InputError, match=r"optuna.db is empty \(0 bytes\)"):
         make_storage(f"sqlite:///{db}?timeout=30")
     assert db.read_bytes() == b""
+
+
+class _SlowFinalizer:
+    def __del__(self) -> None:
+        time.sleep(1.0)  # the Ctrl-C lands here, as it may in a connection's or a file's finalizer
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_ctrl_c_python_drops_in_a_finalizer_still_stops_the_study() -> None:
+    """A KeyboardInterrupt raised inside ``__del__`` is printed and dropped by Python, so the study ran on
+    to its end and exited 0; CtrlC remembers the signal and the trial's end raises it again."""
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with CtrlC() as ctrl_c:
+        ctrl_c.hook(optuna.create_study(), None, [])  # type: ignore[arg-type]  # no Ctrl-C: nothing happens
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+        finalized = _SlowFinalizer()
+        del finalized  # no KeyboardInterrupt comes out of here: Python drops it
+        with pytest.raises(KeyboardInterrupt):
+            ctrl_c.hook(optuna.create_study(), None, [])  # type: ignore[arg-type]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -10,8 +10,11 @@ failed and their retry queued (``record_lost_trials``). Trials that keep failing
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from composer.errors import ComposerError, StudyStopped
@@ -130,6 +133,41 @@ def stop_at(target: int) -> TrialHook:
             study.stop()
 
     return hook
+
+
+class CtrlC:
+    """Ctrl-C for the length of a study's optimize loop. Python raises KeyboardInterrupt wherever the signal
+    lands; raised inside a finalizer (a connection's or a file's ``__del__``) it is printed and dropped,
+    and the study would run on to its end. Remembered here, it stops the study when the trial ends.
+    A handler other than Python's default (a host application's) is left alone."""
+
+    def __init__(self) -> None:
+        self.received = False
+        self._previous: Any = None
+
+    def __enter__(self) -> CtrlC:
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.received = True
+        raise KeyboardInterrupt
+
+    def hook(
+        self, study: optuna.Study, trial: optuna.trial.FrozenTrial, trials: Sequence[optuna.trial.FrozenTrial]
+    ) -> None:
+        """A TrialHook: a Ctrl-C whose KeyboardInterrupt was dropped ends the study now."""
+        if self.received:
+            raise KeyboardInterrupt
 
 
 class StudyObjective:

@@ -153,11 +153,11 @@ def run_study(
         )
         if remaining != 0:
             guard = _optimize.FailureGuard(exp.stop)
-            with StudyProgress(console, target, done, exp.timeout) as progress:
+            with StudyProgress(console, target, done, exp.timeout) as progress, _optimize.CtrlC() as ctrl_c:
                 worker = worker_id()
                 runner = TrialRunner(data, tracker.submit, worker=worker, on_stage=progress.stage)
                 objective = _optimize.StudyObjective(target, runner, tracker, worker)
-                hooks: list[_optimize.TrialHook] = [progress, guard]
+                hooks: list[_optimize.TrialHook] = [ctrl_c.hook, progress, guard]
                 if target is not None:
                     hooks.insert(0, _optimize.stop_at(target))
                 callback = _optimize.after_each_trial(
