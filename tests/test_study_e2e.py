@@ -213,6 +213,8 @@ def test_summary_reports_held_out_and_index_reuse(finished: Finished) -> None:
     if "runner_up" in held:
         low, high = held["difference"]["ci95"]
         assert low <= held["difference"]["mean"] <= high
+        assert held["difference"]["winner_really_better"] == (low > 0)
+        assert held["difference"]["runner_up_really_better"] == (high < 0)
     encode = summary["encode"]
     assert encode["unique_index_keys"] <= 2 and encode["index_builds"] == encode["unique_index_keys"]
     assert encode["repeats_skipped"] >= 1 and encode["encode_passes"] == 0  # BM25 encodes nothing

@@ -221,4 +221,5 @@ def test_a_space_smaller_than_n_trials_ends_within_the_repeat_allowance(experime
 def test_the_held_out_verdict_says_when_the_runner_up_wins(low: float, high: float, verdict: str) -> None:
     from composer.cli.optimize import held_out_verdict
 
-    assert held_out_verdict(low, high) == verdict
+    difference = {"winner_really_better": low > 0, "runner_up_really_better": high < 0}
+    assert held_out_verdict(difference) == verdict

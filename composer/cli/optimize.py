@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -58,7 +60,7 @@ def optimize_command(
     held = summary.get("held_out")
     if held and "difference" in held:
         d = held["difference"]
-        verdict = held_out_verdict(d["ci95"][0], d["ci95"][1])
+        verdict = held_out_verdict(d)
         out.print(f"held-out ({held['n_questions']} questions): winner #{held['winner']['trial']} "
                   f"{held['winner']['held_out_composite']:.4f} vs runner-up #{held['runner_up']['trial']} "
                   f"{held['runner_up']['held_out_composite']:.4f}; difference {d['mean']:+.4f} "
@@ -75,11 +77,11 @@ def optimize_command(
               highlight=False)
 
 
-def held_out_verdict(low: float, high: float) -> str:
-    """Is the winner really better than the runner-up on the held-out questions, from the 95% CI of their
-    paired difference: an interval below 0 says the runner-up is, which "not significantly" would hide."""
-    if low > 0:
+def held_out_verdict(difference: Mapping[str, Any]) -> str:
+    """The held-out report's answer to "is the winner really better than the runner-up?" in words: the
+    runner-up being significantly better is said so, which "not significantly" would hide."""
+    if difference["winner_really_better"]:
         return "yes"
-    if high < 0:
+    if difference["runner_up_really_better"]:
         return "no, the runner-up is"
     return "not significantly"

@@ -84,6 +84,7 @@ def held_out(
                 "ci95": [low, high],
                 "n_paired": len(kept),
                 "winner_really_better": low > 0,
+                "runner_up_really_better": high < 0,
             }
     return out
 
