@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from multiprocessing.queues import Queue
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,28 +31,49 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 if TYPE_CHECKING:
+    from fake_llm_server import Route
+
     from composer.data.types import Question
     from composer.judges import RatingJudge, Verdict
 
 TARGET_RATIO = 1.25
 
 
-def _serve(latency: float, ready: Queue[str]) -> None:
+def _serve(route: Callable[[], Route], latency: float, ready: Queue[str]) -> None:
     from fake_llm_server import FakeLLMServer
 
-    server = FakeLLMServer(
-        lambda req: '{"rating": 4, "reason": "correct, one detail missing"}', latency=latency
-    )
+    server = FakeLLMServer(route(), latency=latency)
     server.start()
     ready.put(server.url)
     while True:
         time.sleep(3600)
 
 
-def _stats(url: str) -> dict[str, int]:
+@contextmanager
+def fake_server(route: Callable[[], Route], latency: float) -> Iterator[str]:
+    """The tests' fake OpenAI-compatible server in a process of its own (a real provider does not share our
+    interpreter), replying with ``route()`` after ``latency`` seconds: its URL. ``route`` builds the reply
+    function in that process, so it must be picklable (a module-level function, or a partial of one)."""
+    ctx = multiprocessing.get_context("spawn")
+    ready: Queue[str] = ctx.Queue()
+    proc = ctx.Process(target=_serve, args=(route, latency, ready), daemon=True)
+    proc.start()
+    try:
+        yield ready.get(timeout=60)
+    finally:
+        proc.terminate()
+        proc.join()
+
+
+def server_stats(url: str) -> dict[str, int]:
+    """The fake server's counters: chat requests, most requests in flight."""
     with urllib.request.urlopen(url + "/stats", timeout=10) as response:
         stats: dict[str, int] = json.loads(response.read())
         return stats
+
+
+def _rating_route() -> Route:
+    return lambda req: '{"rating": 4, "reason": "correct, one detail missing"}'
 
 
 async def _judge_all(judge: RatingJudge, questions: list[Question], answers: list[str]) -> list[Verdict]:
@@ -66,12 +89,7 @@ def main() -> int:
     parser.add_argument("--latency", type=float, default=0.2)
     args = parser.parse_args()
 
-    ctx = multiprocessing.get_context("spawn")
-    ready: Queue[str] = ctx.Queue()
-    proc = ctx.Process(target=_serve, args=(args.latency, ready), daemon=True)
-    proc.start()
-    url = ready.get(timeout=60)
-    try:
+    with fake_server(_rating_route, args.latency) as url:
         from composer.data.types import Question
         from composer.judges import RatingJudge
         from composer.llm import LLMClient, LLMConfig, TokenPrice, run_sync
@@ -94,12 +112,12 @@ def main() -> int:
                 RatingJudge(client).ajudge(Question("w", "Warm-up?", reference_answer="x"), "y", [])
             )
             assert warm.score.score is not None, warm.score.reason
-            before = _stats(url)["chat_requests"]
+            before = server_stats(url)["chat_requests"]
 
             started, cpu_started = time.perf_counter(), time.process_time()
             verdicts = run_sync(_judge_all(RatingJudge(client), questions, answers))
             wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-            stats = _stats(url)
+            stats = server_stats(url)
             judged = stats["chat_requests"] - before
             ideal = args.calls / args.concurrency * args.latency
             ok = sum(v.score.score == 0.75 for v in verdicts)
@@ -108,9 +126,7 @@ def main() -> int:
             started = time.perf_counter()
             rerun = run_sync(_judge_all(RatingJudge(rerun_client), questions, answers))
             rerun_wall = time.perf_counter() - started
-            rerun_requests = _stats(url)["chat_requests"] - before - judged
-    finally:
-        proc.terminate()
+            rerun_requests = server_stats(url)["chat_requests"] - before - judged
 
     ratio = wall / ideal
     latency_ms = args.latency * 1000

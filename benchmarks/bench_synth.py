@@ -15,39 +15,33 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import sys
 import tempfile
 import time
-import urllib.request
-from multiprocessing.queues import Queue
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_judges import fake_server, server_stats  # noqa: E402
+
+if TYPE_CHECKING:
+    from fake_llm_server import Route
 
 
-def _serve(corpus: str, latency: float, ready: Queue[str]) -> None:
-    from fake_llm_server import FakeLLMServer
+def _scripted_route(corpus: str) -> Route:
+    """The tests' scripted question writer over ``corpus`` (built in the server's process)."""
     from scripted_synth import ScriptedSynth
 
     from composer.data import load_corpus
 
-    server = FakeLLMServer(ScriptedSynth(load_corpus(corpus)), latency=latency)
-    server.start()
-    ready.put(server.url)
-    while True:
-        time.sleep(3600)
-
-
-def _stats(url: str) -> dict[str, int]:
-    with urllib.request.urlopen(url + "/stats", timeout=10) as response:
-        stats: dict[str, int] = json.loads(response.read())
-        return stats
+    return ScriptedSynth(load_corpus(corpus))
 
 
 def main() -> None:
@@ -65,12 +59,7 @@ def main() -> None:
     from composer.llm import LLMClient, LLMConfig
     from composer.synth import SynthConfig, synthesize
 
-    ctx = multiprocessing.get_context("spawn")
-    ready: Queue[str] = ctx.Queue()
-    proc = ctx.Process(target=_serve, args=(str(args.corpus), args.latency, ready), daemon=True)
-    proc.start()
-    try:
-        url = ready.get(timeout=60)
+    with fake_server(partial(_scripted_route, str(args.corpus)), args.latency) as url:
         corpus = load_corpus(args.corpus)
         llm = LLMConfig(model="openai/writer", api_base=url, max_concurrency=args.concurrency)
         config = SynthConfig(n=args.n, llm=llm, seed=args.seed)
@@ -81,15 +70,12 @@ def main() -> None:
             started = time.perf_counter()
             outcome = synthesize(corpus, config, LLMClient(llm, cache_dir=cache))
             seconds = time.perf_counter() - started
-            requests = _stats(url)["chat_requests"]
+            requests = server_stats(url)["chat_requests"]
             started = time.perf_counter()
             rerun = synthesize(corpus, config, LLMClient(llm, cache_dir=cache))
             rerun_seconds = time.perf_counter() - started
-            rerun_requests = _stats(url)["chat_requests"] - requests
-        peak = _stats(url)["max_in_flight"]
-    finally:
-        proc.terminate()
-        proc.join()
+            rerun_requests = server_stats(url)["chat_requests"] - requests
+        peak = server_stats(url)["max_in_flight"]
 
     report = outcome.report
     figures: dict[str, Any] = {
