@@ -36,9 +36,10 @@ from typing import Any
 
 import yaml
 
+from composer.tracking.runs import RUN_STATUS
+
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSER = str(Path(sys.executable).with_name("composer"))
-RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
 
 
 @dataclass
@@ -103,7 +104,7 @@ def writer_pids(study_pid: int) -> list[int]:
             cmdline = (status.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        if fields.get("PPid", "").strip() == str(study_pid) and b"composer.study.writer" in cmdline:
+        if fields.get("PPid", "").strip() == str(study_pid) and b"composer.tracking.writer" in cmdline:
             found.append(int(status.parent.name))
     return found
 

@@ -1,4 +1,77 @@
 """Composer: find the best RAG configuration for a corpus and question set, Arabic and Persian first-class.
 
-One package per stage of the data's path; see README.md for the map. Nothing heavy is imported here.
+The library (the CLI is a layer over it)::
+
+    import composer
+    report = composer.evaluate(my_rag, "questions.jsonl", "corpus.jsonl")   # any system, or a config
+    result = composer.optimize(make_rag, space={...}, questions=..., n_trials=30)
+    pipe = composer.load_pipeline("best.yaml", "corpus.jsonl"); pipe.ask("...")
+
+Names resolve on first use: ``import composer`` imports nothing heavy (no torch, litellm, MLflow, Optuna).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from composer.api import evaluate, load_pipeline, optimize
+    from composer.data.types import Corpus, Document, Hit, Question, QuestionSet
+    from composer.errors import ComposerError, ConfigError, InputError
+    from composer.evaluation.report import EvaluationReport
+    from composer.generation.generator import Answer
+    from composer.pipeline.config import PipelineConfig
+    from composer.pipeline.pipeline import Pipeline
+    from composer.study.study import StudyResult
+
+_EXPORTS = {
+    "evaluate": "composer.api",
+    "optimize": "composer.api",
+    "load_pipeline": "composer.api",
+    "StudyResult": "composer.study.study",
+    "EvaluationReport": "composer.evaluation.report",
+    "Pipeline": "composer.pipeline.pipeline",
+    "PipelineConfig": "composer.pipeline.config",
+    "Answer": "composer.generation.generator",
+    "Corpus": "composer.data.types",
+    "Document": "composer.data.types",
+    "Hit": "composer.data.types",
+    "Question": "composer.data.types",
+    "QuestionSet": "composer.data.types",
+    "ComposerError": "composer.errors",
+    "ConfigError": "composer.errors",
+    "InputError": "composer.errors",
+}
+
+__all__ = [
+    "Answer",
+    "ComposerError",
+    "ConfigError",
+    "Corpus",
+    "Document",
+    "EvaluationReport",
+    "Hit",
+    "InputError",
+    "Pipeline",
+    "PipelineConfig",
+    "Question",
+    "QuestionSet",
+    "StudyResult",
+    "evaluate",
+    "load_pipeline",
+    "optimize",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'composer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

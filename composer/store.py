@@ -28,9 +28,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sqlite3
 import threading
 import time
+import urllib.parse
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -38,6 +40,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
+from composer.files import NoSpaceError, disk_full
 from composer.locks import FileLock
 
 logger = logging.getLogger(__name__)
@@ -140,6 +143,8 @@ class _Database:
             try:
                 return op(self._connection())
             except sqlite3.DatabaseError as exc:
+                if disk_full(exc):
+                    raise NoSpaceError(self.file) from exc
                 if not damaged(exc):
                     raise
                 self._recover(exc)
@@ -286,13 +291,22 @@ def use_wal(database: str | Path) -> None:
     microseconds instead of an fsync (3.7 ms here), and a study commits several times per trial; readers
     never block the writer. A crash of the process loses nothing committed; only a power cut may lose the
     last transactions. The MLflow store is left as MLflow opens it: the MLflow UI and users' notebooks
-    read it too, with connection pools of their own."""
+    read it too, with connection pools of their own. A full disk is then raised as a NoSpaceError naming
+    the file of whichever SQLite database SQLAlchemy writes in this process (MLflow's too): SQLite's own
+    error names none."""
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
     if not _WAL_FILES:
         event.listen(Engine, "connect", _wal_on_connect)
+        event.listen(Engine, "handle_error", _name_the_full_disk)
     _WAL_FILES.add(os.path.realpath(database))
+
+
+def _name_the_full_disk(context: Any) -> None:
+    engine = context.engine
+    if engine is not None and engine.dialect.name == "sqlite" and disk_full(context.original_exception):
+        raise NoSpaceError(engine.url.database or "an in-memory database") from context.original_exception
 
 
 def _wal_on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -346,10 +360,40 @@ def sqlite_problem(path: str | Path) -> str | None:
     return None
 
 
+_URL_SPECIAL = re.compile(r"[%?#]")
+_SQLITE_SCHEME = re.compile(r"sqlite(\+\w+)?:")
+
+
+def sqlite_url(path: str | Path, *, mlflow: bool = False) -> str:
+    """The ``sqlite:///`` URL of the file ``path`` (made absolute), built so that every reader of it opens
+    that file. SQLAlchemy (so Optuna and MLflow) decodes ``%XX`` in a URL's path and ends it at ``?``, and
+    other URL parsers end it at ``#``: a work dir ``w%41x?mode=ro#frag`` would open ``./wAx``. So those
+    three are escaped. MLflow also creates the parent folder of a ``sqlite:///`` URL from its text, not
+    decoded, beside the real one: with ``mlflow`` such a URL names the driver (``sqlite+pysqlite:///``,
+    the same driver SQLAlchemy uses by default), which MLflow leaves to SQLAlchemy."""
+    text = os.path.abspath(path)
+    escaped = _URL_SPECIAL.sub(lambda m: f"%{ord(m.group()):02X}", text)
+    scheme = "sqlite+pysqlite" if mlflow and escaped != text else "sqlite"
+    return f"{scheme}:///{escaped}"
+
+
+def connect_read_only(file: str | Path) -> sqlite3.Connection:
+    """A connection that never writes to ``file`` or beside it, for reading a store in a folder this
+    process cannot write (a read-only mount, another user's work dir). SQLite reads a WAL file only
+    through its ``-shm`` index, which it cannot create there; with no ``-wal`` beside the file no
+    process is writing it (Composer's Optuna storages are WAL files, and a writer keeps its ``-wal``), so
+    it is opened as immutable, without one."""
+    path = os.path.abspath(file)
+    uri = "file:" + urllib.parse.quote(path) + "?mode=ro"
+    if not os.path.exists(path + "-wal"):
+        uri += "&immutable=1"
+    return sqlite3.connect(uri, uri=True, check_same_thread=False)
+
+
 def sqlite_file(url: str) -> Path | None:
-    """The file of a ``sqlite:///`` URL (its query string, ``?timeout=30``, left out); None for any other
-    URL and for an in-memory database."""
-    if not url.startswith("sqlite:"):
+    """The file of a ``sqlite:///`` URL (its query string, ``?timeout=30``, left out; ``%XX`` decoded);
+    None for any other URL and for an in-memory database."""
+    if not _SQLITE_SCHEME.match(url):
         return None
     from sqlalchemy.engine import make_url
 

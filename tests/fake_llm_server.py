@@ -3,7 +3,7 @@
 Serves POST /v1/chat/completions and /v1/embeddings on 127.0.0.1 (port 0 = any free port), so the code
 under test goes through litellm exactly as with a real provider (model "openai/<name>", api_base = `url`)
 without ever touching a public endpoint. Replies come from a route callable over the request; faults
-(429 with Retry-After, 500, a sleep past the client's timeout, a malformed body) are queued with
+(429 with Retry-After, 500, a sleep past the client's timeout, a malformed body, a huge reply) are queued with
 `enqueue` and served before the route. The server counts requests and the most it saw in flight. A
 study's test request before its first trial (``composer.llm.preflight.PING``) goes to the route, never
 to a queued fault, and is counted in `pings`, not in `chat_requests`: queued faults and counts are for
@@ -62,6 +62,7 @@ class Reply:
     raw_body: bytes | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    chunked: bool = False  # send the body with Transfer-Encoding: chunked (no Content-Length)
 
 
 Route = Callable[[ChatRequest], "Reply | str"]
@@ -85,6 +86,22 @@ def hang(seconds: float) -> Reply:
 
 def malformed() -> Reply:
     return Reply(raw_body=b'{"id": "chatcmpl-x", "choices": [{"message": {"content": "trunc')
+
+
+def huge(size: int, *, chunked: bool = False) -> Reply:
+    """A well-formed 200 whose message is ``size`` characters: a server that ignores max_tokens. The body
+    is built here, once: serve the same Reply many times and the server's memory does not grow."""
+    payload = {
+        "id": "chatcmpl-huge",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "huge",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "x" * size}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": size // 4, "total_tokens": 1 + size // 4},
+    }
+    return Reply(raw_body=json.dumps(payload).encode(), chunked=chunked)
 
 
 def _approx_tokens(text: str) -> int:
@@ -261,7 +278,7 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 server._record(status)
                 recorded = True
                 if reply.raw_body is not None:
-                    self._send_raw(reply.status, reply.raw_body, reply.headers)
+                    self._send_raw(reply.status, reply.raw_body, reply.headers, chunked=reply.chunked)
                     return
                 prompt_text = " ".join(str(m.get("content", "")) for m in req.messages)
                 pt = reply.prompt_tokens if reply.prompt_tokens is not None else _approx_tokens(prompt_text)
@@ -324,14 +341,26 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
         def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
             self._send_raw(status, json.dumps(payload, ensure_ascii=False).encode("utf-8"), headers)
 
-        def _send_raw(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
+        def _send_raw(
+            self, status: int, data: bytes, headers: dict[str, str] | None = None, *, chunked: bool = False
+        ) -> None:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
+            if chunked:
+                self.send_header("Transfer-Encoding", "chunked")
+            else:
+                self.send_header("Content-Length", str(len(data)))
             for k, v in (headers or {}).items():
                 self.send_header(k, v)
             self.end_headers()
-            self.wfile.write(data)
+            if not chunked:
+                self.wfile.write(data)
+            else:
+                view = memoryview(data)
+                for start in range(0, len(data), 65536):
+                    piece = view[start : start + 65536]
+                    self.wfile.write(b"%x\r\n" % len(piece) + piece + b"\r\n")
+                self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
 
     return Handler

@@ -143,7 +143,7 @@ def test_too_many_failed_samples_fail_the_evaluation_with_the_reason(
     config.write_text("retrieval: {mode: bm25, k: 3}\n", encoding="utf-8")
     args = ["eval", str(files["questions"]), "--corpus", str(EXAMPLE / "corpus.jsonl"),
             "--config", str(config), "--workdir", str(tmp_path / "work"),
-            "--llm", "openai/fake", "--llm-base", server.url, "--json"]
+            "--llm", "openai/fake", "--llm-base", server.url, "--json", "--strict"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2
     assert "samples failed, above the allowed share of 10%" in result.output

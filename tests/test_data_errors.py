@@ -297,7 +297,9 @@ def test_files_without_records(tmp_path: Path) -> None:
 
 def test_empty_folder_corpus(tmp_path: Path) -> None:
     (tmp_path / "readme.rst").write_text("not a document", encoding="utf-8")
-    assert _located(_error(load_corpus, tmp_path), tmp_path, None) == "no .txt or .md files in this folder"
+    assert _located(_error(load_corpus, tmp_path), tmp_path, None) == (
+        "no .md, .markdown, .txt, .pdf, .docx, .pptx, .html, .htm files in this folder"
+    )
     (tmp_path / "empty.txt").write_text("", encoding="utf-8")
     _located(_error(load_corpus, tmp_path), tmp_path, None)
 

@@ -297,10 +297,11 @@ def test_corpus_from_a_folder(tmp_path: Path, caplog: pytest.LogCaptureFixture) 
     with caplog.at_level(logging.WARNING, logger="composer"):
         corpus = load_corpus(tmp_path)
     assert [d.id for d in corpus] == ["a.md", "b.txt", "guides/deep/x.txt", "guides/setup.MD"]
-    assert corpus.documents[0] == Document("a.md", "# عنوان\nنص", "a")
+    # A Markdown file's title is its first heading (issue 18.8), its headings go in the metadata.
+    assert corpus.documents[0] == Document("a.md", "# عنوان\nنص", "عنوان", {"headings": [[0, "عنوان"]]})
     assert corpus.get("b.txt") == Document("b.txt", "second\n", "b")
     assert corpus.source == str(tmp_path)
-    assert "skipped 1 empty file(s) (e.g. guides/empty.txt)" in caplog.text
+    assert "guides/empty.txt: skipped: empty file" in caplog.text
     assert load_corpus(str(tmp_path)).fingerprint() == corpus.fingerprint()
 
 

@@ -92,12 +92,13 @@ def test_answers_are_scored_counted_or_skipped() -> None:
     assert by_id["empty"].metrics["token_f1"] is None
     assert by_id["refused"].skipped == {"answer": "refusal"}
     assert by_id["refused"].metrics["faithfulness_overlap"] is None  # a refusal is no hallucination
+    assert by_id["refused"].metrics["token_f1"] == 0.0  # but it did not answer an answerable question
     assert by_id["unanswered"].skipped == {"answer": "no_answer"}
 
     summary = report.summary()
     assert summary["metrics"]["answer_refusal_rate"] == pytest.approx(1 / 3)  # of the 3 non-empty answers
-    assert summary["metrics"]["exact_match"] == 0.5
-    assert summary["n_scored"]["token_f1"] == 2
+    assert summary["metrics"]["exact_match"] == pytest.approx(1 / 3)
+    assert summary["n_scored"]["token_f1"] == 3
     assert summary["skipped"] == {"empty_answer": 1, "refusal": 1, "no_answer": 1}
     assert summary["metrics"]["hit_rate@1"] == 1.0
 

@@ -299,7 +299,8 @@ def test_unparseable_judge_replies_fall_back(server: FakeLLMServer, tmp_path: Pa
     score = judge.score(CASES["fa"], "مادرید", [], None)
     assert score.score == 1.0  # token F1 of "مادرید" against "مادرید"
     assert "judge failed (bad_response" in score.reason and "fell back to token_f1" in score.reason
-    assert server.chat_requests == 3 and client.usage.failed_attempts["bad_response"] == 3
+    # Asked once more with a repair instruction, not max_retries times identically.
+    assert server.chat_requests == 2 and client.usage.failed_attempts["bad_response"] == 2
     assert client.cache is not None and len(client.cache) == 0  # nothing unusable was cached
 
 
@@ -314,11 +315,15 @@ def test_blend_with_the_deterministic_scorer(server: FakeLLMServer, tmp_path: Pa
 
 
 def test_refusals_and_empty_answers_are_not_graded(server: FakeLLMServer, tmp_path: Path) -> None:
+    """A refusal is no hallucination; of an answerable question it is no answer either: 0, no call."""
     client = client_for(server, tmp_path)
+    refusal = "لا أعرف: السياق المقدم لا يحتوي على الإجابة."
     for judge in (FaithfulnessJudge(client), RatingJudge(client), AnswerCorrectnessJudge(client)):
-        assert judge.score(
-            CASES["ar"], "لا أعرف: السياق المقدم لا يحتوي على الإجابة.", CONTEXTS["ar"], None
-        ).reason == ("refusal")
+        score = judge.score(CASES["ar"], refusal, CONTEXTS["ar"], None)
+        if judge.name == "faithfulness":
+            assert (score.score, score.reason) == (None, "refusal")
+        else:
+            assert (score.score, score.reason) == (0.0, "refusal of an answerable question")
         assert judge.score(CASES["fa"], "   ", CONTEXTS["fa"], None).score is None
     assert server.chat_requests == 0
 

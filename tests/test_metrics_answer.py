@@ -161,10 +161,18 @@ def test_default_scorers_and_names() -> None:
 
 @pytest.mark.parametrize("scorer", default_scorers(), ids=lambda s: s.name)
 def test_empty_answers_and_refusals_are_not_scored(scorer: AnswerScorer) -> None:
+    """Except that refusing an answerable question scores 0 on the answer metrics (F1, exact match)."""
     assert scorer.score(QUESTION, "", [CONTEXT], None) == Score(None, "empty answer")
     assert scorer.score(QUESTION, "  \n", [CONTEXT], None) == Score(None, "empty answer")
     assert scorer.score(QUESTION, None, [CONTEXT], None) == Score(None, "empty answer")
-    assert scorer.score(QUESTION, "لا يحتوي النص على الإجابة", [CONTEXT], None) == Score(None, "refusal")
+    refused = scorer.score(QUESTION, "لا يحتوي النص على الإجابة", [CONTEXT], None)
+    if scorer.name == "faithfulness_overlap":
+        assert refused == Score(None, "refusal")
+    else:
+        assert refused == Score(0.0, "refusal of an answerable question")
+    assert scorer.score(Question("q2", "؟"), "لا يحتوي النص على الإجابة", [CONTEXT], None) == Score(
+        None, "refusal"
+    )
 
 
 def test_token_f1_scorer_uses_the_question_gold_answers_unless_given_references() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from composer.data.ranking import Ranking, ranking_from_run
 from composer.data.types import Corpus, Document, Hit, Question
-from composer.evaluation.evaluate import run_table
+from composer.evaluation.runs import run_table
 from composer.metrics.matching import JudgedRanking, chunk_parent, default_match_mode, judge, judge_ranking
 from composer.metrics.retrieval import mrr, recall, relevance
 from composer.metrics.textmatch import contains_answer, matches_context
@@ -27,9 +27,10 @@ CORPUS = Corpus(
 
 
 def ranked(hits: list[Hit], corpus: Corpus | None = None) -> Ranking:
-    """One question's hits as the Ranking every run is scored from (trec order, documents resolved)."""
+    """One question's hits as the Ranking every run is scored from (trec order, documents resolved; all
+    ties too, which a run left to itself would keep in the order given)."""
     run = {"q1": hits}
-    return ranking_from_run(run, ["q1"], run_table(run, corpus))
+    return ranking_from_run(run, ["q1"], run_table(run, corpus), order="score")
 
 
 def score(name: str, judged: JudgedRanking, k: int) -> float:

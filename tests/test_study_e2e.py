@@ -132,18 +132,18 @@ def test_mlflow_parent_and_one_nested_run_per_trial(finished: Finished) -> None:
     parent_files = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"study_summary.json", "leaderboard.csv", "best_config.yaml", "plots"} <= parent_files
     plots = {Path(a.path).name for a in client.list_artifacts(parent.info.run_id, "plots")}
-    assert {"optimization_history.html", "param_importances.html", "parallel_coordinate.html"} <= plots
+    assert {"optimization_history.png", "param_importances.png"} <= plots
 
     runs = trial_runs(finished)
     assert set(runs) == {t.number for t in finished.study.trials}
     for t in finished.study.trials:
         run = runs[t.number]
         assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
-        assert run.data.tags["composer.trial_state"] == t.state.name
+        assert run.data.tags["composer.state"] == t.state.name
         assert run.data.params["chunking.method"] == t.params["chunking.method"]
         assert run.data.params["retrieval.k"] == str(t.params["retrieval.k"])
     pruned = runs[1]
-    assert pruned.info.status == "KILLED" and pruned.data.tags["composer.trial_state"] == "PRUNED"
+    assert pruned.info.status == "FINISHED" and pruned.data.tags["composer.state"] == "PRUNED"
     assert runs[2].data.tags["composer.duplicate_of"] == "0"
     assert runs[2].data.tags["composer.duplicate_of_run"] == runs[0].info.run_id  # points at the original
 
@@ -341,4 +341,4 @@ def test_several_objectives_use_nsga2_and_report_the_pareto_front(finished: Fini
     assert result.summary["best_trial"] in front  # the best composite is never dominated
     client = mlflow_client(finished)
     plots = {Path(a.path).name for a in client.list_artifacts(result.parent_run_id, "plots")}
-    assert "pareto_front.html" in plots
+    assert "pareto_front.png" in plots

@@ -17,8 +17,8 @@ from composer.study._sampling import ConditionalGridSampler, make_pruner, make_s
 from composer.study.experiment import SplitConfig, load_experiment, locate_study
 from composer.study.space import load_search_space, parse_search_space
 from composer.study.study import split_questions
-from composer.study.tracking import RunWriter
-from composer.study.writer import StudyTracker, WriterSettings
+from composer.tracking.runs import RunWriter
+from composer.tracking.writer import StudyTracker, WriterSettings
 
 MINIMAL = "name: demo\ncorpus: data/corpus.jsonl\nquestions: data/q.jsonl\nsearch_space: space.yaml\n"
 
@@ -37,9 +37,9 @@ def test_paths_are_relative_to_the_file_and_defaults_live_in_the_workdir(
     exp = load_experiment(exp_file)
     assert exp.corpus == tmp_path / "exps" / "data" / "corpus.jsonl"
     assert exp.search_space == tmp_path / "exps" / "space.yaml"
-    assert exp.work_dir == tmp_path / ".composer"  # the workdir every composer command uses
-    assert exp.storage_url == f"sqlite:///{tmp_path / '.composer' / 'optuna.db'}"
-    assert exp.tracking_uri == f"sqlite:///{tmp_path / '.composer' / 'mlflow.db'}"
+    assert exp.work_dir == tmp_path / "exps" / ".composer"  # beside the file, not in the current directory
+    assert exp.storage_url == f"sqlite:///{tmp_path / 'exps' / '.composer' / 'optuna.db'}"
+    assert exp.tracking_uri == f"sqlite:///{tmp_path / 'exps' / '.composer' / 'mlflow.db'}"
     assert exp.mlflow_experiment == "demo"
     assert (exp.sampler.name, exp.pruner.name, exp.n_trials) == ("auto", "median", 20)
     assert exp.objective.metrics == {"recall": 1.0, "ndcg": 1.0, "answer_correctness": 1.0,

@@ -217,7 +217,7 @@ def test_mlflow_holds_tokens_cost_and_error_rates(faulty: tuple[Study, str]) -> 
         rates = json.loads(Path(client.download_artifacts(run.info.run_id, "error_rates.json")).read_text())
         assert rates["llm"]["calls"] == m["llm_calls"] and rates["llm"]["failed_samples"] == 0
         assert set(rates["llm"]["kinds"]) == {"rate_limit", "server_error", "timeout", "connection",
-                                              "bad_response", "other"}
+                                              "bad_response", "oversized", "other"}
         summary = json.loads(Path(client.download_artifacts(run.info.run_id, "summary.json")).read_text())
         assert summary["llm"]["llm_judge_rating"] == "4.0/5" and summary["llm"]["judge"] == "openai/fake"
     faults = {k: totals[k] for k in ("rate_limit", "server_error", "timeout", "bad_response")}
@@ -309,7 +309,7 @@ def test_a_trial_over_its_failure_budget_fails_with_the_reason_and_the_next_one_
     assert "server_error" in reason
     _, runs, _ = mlflow_runs(broken)
     run = runs[failed.number]
-    assert run.info.status == "FAILED" and run.data.tags["composer.trial_state"] == "FAIL"
+    assert run.info.status == "FAILED" and run.data.tags["composer.state"] == "FAIL"
     assert "samples failed, above the allowed share" in run.data.tags["composer.error"]
     assert run.data.metrics["llm_failed_calls"] >= 4  # 12 questions, 25%: the 4th failure ends it
     assert runs[completed.number].info.status == "FINISHED"

@@ -58,11 +58,10 @@ def test_nothing_scorable_is_an_error() -> None:
         Objective.resolve(ObjectiveConfig(metrics={"answer_correctness": 1.0}), ["recall@10"])
 
 
-def test_unscored_metric_in_a_batch_counts_as_zero_but_per_question_renormalizes() -> None:
+def test_unscored_metric_in_a_batch_counts_as_zero() -> None:
     obj = Objective.resolve(ObjectiveConfig(k=5, metrics={"recall": 1.0, "token_f1": 1.0}), ALL)
     assert obj.composite({"recall@5": 1.0}) == pytest.approx(0.5)
-    assert obj.per_question({"recall@5": 1.0, "token_f1": None}) == pytest.approx(1.0)
-    assert obj.per_question({"recall@5": None, "token_f1": None}) is None
+    assert obj.composite({"recall@5": 1.0, "token_f1": None}) == pytest.approx(0.5)
 
 
 def test_secondary_objectives_follow_the_composite() -> None:

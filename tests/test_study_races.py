@@ -17,7 +17,7 @@ from composer.study._storage import ParentClaims, open_study
 from composer.study.experiment import load_experiment
 from composer.study.record import TrialRecord
 from composer.study.space import load_search_space, parse_search_space
-from composer.study.tracking import ROLE_TAG, RunWriter
+from composer.tracking.runs import ROLE_TAG, RunWriter
 
 EXPERIMENT = """
 name: races
@@ -193,7 +193,7 @@ def test_workers_that_each_create_a_parent_run_elect_one_through_the_study_stora
 def test_a_study_deleted_and_created_again_under_its_name_is_refused_its_old_parent(tmp_path: Path) -> None:
     """Its trial-000 must not land beside the old study's trial-000 under one parent run."""
     from composer.errors import InputError
-    from composer.study.tracking import TRIAL_TAG
+    from composer.tracking.runs import TRIAL_TAG
 
     uri, storage = f"sqlite:///{tmp_path / 'mlflow.db'}", f"sqlite:///{tmp_path / 'optuna.db'}"
     first = RunWriter(uri, "races", "s", storage=storage)

@@ -136,7 +136,7 @@ def test_a_killed_study_resumes_without_losing_or_rerunning_trials(
     assert numbers == sorted(states)  # one run per trial, none twice
     by_number = {int(r.data.tags["composer.trial"]): r for r in runs}
     assert by_number[lost].info.status == "FAILED"
-    assert by_number[lost].data.tags["composer.trial_state"] == "FAIL"
+    assert by_number[lost].data.tags["composer.state"] == "FAIL"
     assert "process running this trial died" in by_number[lost].data.tags["composer.error"]
     for number in before:
         assert by_number[number].info.status == "FINISHED"

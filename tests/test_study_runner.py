@@ -13,6 +13,7 @@ import pytest
 
 from composer.data.ranking import ChunkTable, Ranking, ranking_from_run
 from composer.data.types import Corpus, Document, Hit, Question, QuestionSet, Run
+from composer.evaluation.report import StageError
 from composer.evaluation.scoring import score_pipeline
 from composer.generation import Answer, answer_questions, contexts_for
 from composer.llm.usage import active_trackers
@@ -24,7 +25,7 @@ from composer.study.experiment import ObjectiveConfig
 from composer.study.record import PrunedAt, TrialLog, TrialRecord
 from composer.study.runner import StudyData, TrialRunner, config_hash
 from composer.study.space import parse_search_space
-from composer.study.tracking import RunWriter, mlflow_metric_name
+from composer.tracking.runs import RunWriter, mlflow_metric_name
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -45,6 +46,13 @@ class ScriptedPipeline:
     good: bool
     calls: list[int] = field(default_factory=list)
     searched: float = 0.0
+    failed: dict[str, StageError] = field(default_factory=dict)
+    answerer: str = "extractive"
+    generator_model: str | None = None
+    can_answer: bool = True
+
+    def batched(self, answering: bool) -> bool:
+        return False  # no LLM: ranked and scored at once, the batches only pruning steps
 
     def index(self, corpus: Corpus) -> IndexInfo:
         return IndexInfo("composer-test", len(corpus), len(corpus), False, 0, 0, 0.0)
@@ -273,7 +281,7 @@ def test_a_failed_trials_run_is_scrubbed_like_any_other(tmp_path: Path) -> None:
     [run] = writer.client.search_runs([writer.experiment_id], filter_string="tags.`composer.trial` = '0'")
     assert run.data.tags["composer.error"] == f"ConfigError: [api_base='https://{MASK}@llm.example/v1']"
     assert run.data.params["generation.api_base"] == f"https://{MASK}@llm.example/v1"
-    assert run.info.status == "FAILED" and run.data.tags["composer.trial_state"] == "FAIL"
+    assert run.info.status == "FAILED" and run.data.tags["composer.state"] == "FAIL"
 
 
 def test_metric_names_and_flattened_params() -> None:

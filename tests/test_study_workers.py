@@ -21,7 +21,7 @@ from postgres import Postgres, free_port, postgres_bin, running_postgres
 
 from composer.study._optimize import REPEAT_ALLOWANCE
 from composer.study.record import TrialRecord
-from composer.study.tracking import ROLE_TAG, STATE_TAG, STUDY_TAG, TRIAL_TAG
+from composer.tracking.runs import ROLE_TAG, RUN_STATUS, STATE_TAG, STUDY_TAG, TRIAL_TAG
 
 
 def record(t: optuna.trial.FrozenTrial) -> TrialRecord:
@@ -76,11 +76,12 @@ def write_experiment(root: Path, repo_root: Path, tracking_uri: str | None = Non
 
 
 def run_workers(exp: Path, storage: str, workdirs: list[Path]) -> float:
-    """Start one `composer optimize` per workdir (its cwd: the default workdir is ./.composer) at once."""
+    """Start one `composer optimize` per folder (its cwd, with --workdir <folder>/.composer) at once."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     started = time.monotonic()
     procs = [
-        subprocess.Popen([sys.executable, "-m", "composer", "optimize", str(exp), "--storage", storage],
+        subprocess.Popen([sys.executable, "-m", "composer", "optimize", str(exp), "--storage", storage,
+                          "--workdir", str(cwd / ".composer")],
                          cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for cwd in workdirs
     ]
@@ -126,7 +127,7 @@ def check_study(storage: str, tracking_uri: str) -> list[optuna.trial.FrozenTria
                                 run_view_type=ViewType.ALL, max_results=1000)
     by_number = {int(r.data.tags[TRIAL_TAG]): r for r in nested}
     assert len(by_number) == len(nested) == len(trials)  # one run per trial, none twice
-    status = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
+    status = RUN_STATUS
     for t in trials:
         run = by_number[t.number]
         assert run.data.tags[STATE_TAG] == t.state.name

@@ -21,8 +21,9 @@ from composer.data.ranking import ChunkTable, Ranking
 from composer.evaluation.report import EvaluationReport, SampleTable
 from composer.study.live import StudyProgress
 from composer.study.record import TrialLog
-from composer.study.tracking import RunWriter
-from composer.study.writer import TRACE_BACKLOG, Orphans, Spool, StudyTracker, WriterSettings, _write
+from composer.tracking.runs import RunWriter
+from composer.tracking.spool import Orphans, Spool
+from composer.tracking.writer import TRACE_BACKLOG, StudyTracker, WriterSettings, _write
 
 TABLE = ChunkTable(
     ("a#0", "b#0", "c#0"), ("a", "b", "c"), ("alpha text", "beta text", "gamma text"), key="composer-test"
@@ -91,7 +92,7 @@ CHILD = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[2])
     from test_study_writer import settings, trial_log
-    from composer.study.writer import Spool
+    from composer.tracking.spool import Spool
     from pathlib import Path
     import os
     spool = Spool(settings(Path(sys.argv[1])).spool)
@@ -119,7 +120,10 @@ def test_logs_a_dead_study_left_in_the_spool_are_written_when_it_resumes(tmp_pat
     assert Orphans(spool).files == []
 
 
-def test_a_writer_that_dies_leaves_the_logs_spooled_for_the_next_run(tmp_path: Path) -> None:
+def test_a_writer_that_dies_leaves_the_logs_spooled_for_the_next_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("composer.tracking.writer.RESTARTS", 0)  # restarts: tests/test_tracking_ui.py
     tracker = StudyTracker(settings(tmp_path))
     tracker.ready()
     tracker.submit(trial_log(0))

@@ -16,17 +16,21 @@ from composer.cli.eval import eval_command
 from composer.cli.export import export_command
 from composer.cli.index import index_command
 from composer.cli.optimize import optimize_command
+from composer.cli.report import report_command
 from composer.cli.search import search_command
 from composer.cli.synth import synth_command
 from composer.cli.trials import trials_command
 from composer.cli.ui import ui_command
 from composer.errors import ComposerError
+from composer.files import disk_full_error
 
 _INTEGER = re.compile(r"[+-]?\d+")
 
 
 def user_error_message(exc: BaseException) -> str | None:
     """The one-line message for an error in the user's input, or None for a bug (keeps its traceback)."""
+    if (full := disk_full_error(exc)) is not None:  # even under an error raised while handling it
+        return str(full)
     if isinstance(exc, ComposerError):
         return str(exc)
     if isinstance(exc, FileNotFoundError | FileExistsError | IsADirectoryError | NotADirectoryError
@@ -96,9 +100,10 @@ app = typer.Typer(
 
 @app.callback()
 def _root(
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show progress messages."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show progress messages.", metavar=""),
     debug: bool = typer.Option(
-        False, "--debug", help="Show debug messages and the traceback of every failed trial and error."
+        False, "--debug", help="Show debug messages and the traceback of every failed trial and error.",
+        metavar="",
     ),
 ) -> None:
     _configure_logging(logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING)
@@ -111,6 +116,7 @@ app.command("optimize")(optimize_command)
 app.command("trials")(trials_command)
 app.command("export")(export_command)
 app.command("ui")(ui_command)
+app.command("report")(report_command)
 app.command("synth")(synth_command)
 
 

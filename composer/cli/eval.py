@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import typer
 
-from composer.cli.options import QDRANT, WORKDIR
-from composer.errors import InputError
+from composer.cli.options import QDRANT, WORKDIR, flag
+from composer.data.ranking import RunOrder
+from composer.errors import ComposerError, InputError
 from composer.metrics.matching import MatchMode
 
+Split = Literal["all", "selection", "held_out"]
+
 if TYPE_CHECKING:
+    from composer.data.types import QuestionSet
     from composer.evaluation import EvaluationReport
     from composer.evaluation.scoring import Judging
     from composer.pipeline.config import PipelineConfig
@@ -25,11 +30,23 @@ def eval_command(
     run: Path | None = typer.Option(
         None,
         "--run",
-        help='Retrieval run to score: JSONL {"id": question id, "results": [{"id", "score", "text"?}]} '
-        "or a TREC run file.",
+        help='Retrieval run to score: JSONL {"id": question id, "results": [{"id", "score"?, "text"?}], '
+        '"answer"?} or a TREC run file. Answers are graded (by the LLM with --judge).',
+    ),
+    order: RunOrder = typer.Option(
+        "auto",
+        "--order",
+        help="How a --run is ranked: score (trec_eval: score descending, equal scores by id), given (the "
+        "file's order), auto (given where a question's scores are all equal or absent, else score).",
     ),
     config: Path | None = typer.Option(
         None, "--config", help="Pipeline YAML to run end to end instead of scoring a --run (needs --corpus)."
+    ),
+    split: Split = typer.Option(
+        "all",
+        "--split",
+        help="With --config best.yaml from `composer export`: score the study's selection questions (the "
+        "trials' figures) or its held-out ones, split as the study split them; all: every question.",
     ),
     k: list[int] = typer.Option([1, 3, 5, 10], "--k", help="Cutoffs, e.g. --k 1 3 5 10."),
     match: MatchMode | None = typer.Option(
@@ -41,10 +58,14 @@ def eval_command(
     corpus: Path | None = typer.Option(
         None,
         "--corpus",
-        help="Corpus (JSONL/JSON/CSV/Parquet or a folder of .txt/.md): checks relevant ids and gives "
+        help="Corpus (JSONL/JSON/CSV/Parquet or a folder of documents): checks relevant ids and gives "
         "the texts that answer and context matching read.",
     ),
-    strict: bool = typer.Option(False, "--strict", help="Relevant ids missing from the corpus are an error."),
+    strict: bool = flag(
+        "--strict",
+        "Relevant ids missing from the corpus are an error, and failed samples (LLM calls that gave up) "
+        "beyond the judge's share of 10% end the eval; without it they are listed and the rest scored.",
+    ),
     llm: str | None = typer.Option(
         None,
         "--llm",
@@ -70,7 +91,7 @@ def eval_command(
         "answer_relevancy, context_precision, context_recall (default with an LLM: answer_correctness, "
         "faithfulness).",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout, nothing else."),
+    as_json: bool = flag("--json", "Print the summary as JSON on stdout, nothing else."),
     out: Path | None = typer.Option(
         None, "--out", help="Write summary.json, samples.csv, traces.jsonl and error_rates.json here."
     ),
@@ -80,7 +101,7 @@ def eval_command(
     """Score a retrieval run, or a pipeline end to end: hit_rate, recall, precision, MRR and nDCG at every k,
     answers with their deterministic scores and, with an LLM, judged answer_correctness, faithfulness...
     with 95% bootstrap CIs, tokens, cost and error rates."""
-    from composer.data import load_corpus, load_questions, load_run
+    from composer.data import load_corpus, load_questions, read_run
     from composer.evaluation import evaluate_pipeline, evaluate_run, render_report
 
     if (run is None) == (config is None):
@@ -90,16 +111,41 @@ def eval_command(
     if config is not None and corpus is None:
         raise InputError("--config needs the corpus to index: add --corpus CORPUS", field="corpus")
     wanted = [m.strip() for value in metrics for m in value.split(",") if m.strip()]
-    llm_flags = {"--llm": llm, "--judge": judge, "--llm-base": llm_base, "--llm-key-env": llm_key_env,
-                 "--llm-timeout": llm_timeout, "--metrics": wanted or None}
-    if run is not None and any(v is not None for v in llm_flags.values()):
-        given = ", ".join(name for name, v in llm_flags.items() if v is not None)
-        raise InputError(f"{given}: answers need a pipeline: give --config PIPELINE.yaml instead of --run")
+    if run is not None and llm is not None:
+        raise InputError("--llm: answers need a pipeline: give --config PIPELINE.yaml instead of --run (a "
+                         "run's own answers, its 'answer' fields, are judged with --judge MODEL)")
     docs = load_corpus(corpus) if corpus is not None else None
     question_set = load_questions(questions, corpus=docs, strict=strict)
+    if split != "all":
+        if config is None:
+            raise InputError("--split takes the study's split from an exported best.yaml: give --config",
+                             field="split")
+        question_set = study_split(question_set, config, split)
     report: EvaluationReport
     if run is not None:
-        report = evaluate_run(question_set, load_run(run), ks=k, match=match, corpus=docs)
+        given = read_run(run)
+        if judge is None:
+            judge_flags = {"--llm-base": llm_base, "--llm-key-env": llm_key_env, "--llm-timeout": llm_timeout,
+                           "--metrics": wanted or None}
+            named = ", ".join(name for name, v in judge_flags.items() if v is not None)
+            if named:
+                raise InputError(f"{named}: set the judge of the run's answers with --judge MODEL")
+            report = evaluate_run(question_set, given.hits, ks=k, match=match, corpus=docs, order=order,
+                                  answers=given.answers or None)
+        else:
+            if not given.answers:
+                raise InputError("--judge grades answers, and the run has none: give each line an 'answer'",
+                                 path=run, field="answer")
+            from composer.pipeline.config import PipelineConfig
+
+            settings = _run_llm(PipelineConfig(), judge, llm_timeout)
+            judging = _judging(PipelineConfig(), settings, judge, llm_base, llm_key_env, wanted, workdir,
+                               strict)
+            if judging is None:
+                raise InputError(f"--metrics {', '.join(wanted)}: none is judged by an LLM", field="metrics")
+            _check_llms(PipelineConfig(), settings, judging)
+            report = evaluate_run(question_set, given.hits, ks=k, match=match, corpus=docs, order=order,
+                                  answers=given.answers, judging=judging)
     else:
         from composer.cli.progress import pipeline_progress
         from composer.pipeline.config import load_pipeline_config
@@ -110,7 +156,8 @@ def eval_command(
         overrides = {"generation": {key: v for key, v in generation.items() if v is not None}}
         pipeline_config = load_pipeline_config(config, overrides)
         settings = _run_llm(pipeline_config, judge, llm_timeout)
-        judging = _judging(pipeline_config, settings, judge, llm_base, llm_key_env, wanted, workdir)
+        judging = _judging(pipeline_config, settings, judge, llm_base, llm_key_env, wanted, workdir, strict)
+        _check_llms(pipeline_config, settings, judging)
         with pipeline_progress(enabled=not as_json) as hook:
             pipeline = Pipeline.from_config(
                 pipeline_config, workdir=workdir, qdrant=qdrant, progress=hook, llm=settings
@@ -118,6 +165,11 @@ def eval_command(
             report = evaluate_pipeline(pipeline, docs, question_set, ks=k, match=match, judging=judging)
     if out is not None:
         report.save(out)
+    failed = report.table.errors
+    if failed and len(failed) == len(report):
+        first = next(iter(failed.values()))
+        raise ComposerError(f"every one of the {len(report)} samples failed; the first: {first.stage}: "
+                            f"{first.kind}: {first.message}")
     if as_json:
         sys.stdout.write(report.summary_json() + "\n")
         return
@@ -126,6 +178,8 @@ def eval_command(
 
     console = Console()
     console.print(render_report(report))
+    for line in failed_sample_lines(report):
+        console.print(line, markup=False, highlight=False)
     if "llm" in report.meta:
         console.print(_llm_line(report.meta["llm"]), highlight=False)
     if out is not None:
@@ -142,6 +196,16 @@ def _run_llm(config: PipelineConfig, judge: str | None, timeout: float | None) -
     return LLMConfig(model=model, timeout=timeout)
 
 
+def _check_llms(config: PipelineConfig, settings: Any, judging: Judging | None) -> None:
+    """The preflight optimize has: every LLM the evaluation calls answers a test request before any work,
+    so a dead server or a missing key is one line in seconds, not a failed sample after another."""
+    from composer.llm.preflight import check_reachable
+
+    generator = config.generation.llm_config(settings)
+    judge = judging.client.config if judging is not None else None
+    check_reachable([c for c in (generator, judge) if c is not None], before="the evaluation started")
+
+
 def _judging(
     config: PipelineConfig,
     settings: Any,
@@ -150,8 +214,11 @@ def _judging(
     llm_key_env: str | None,
     metrics: list[str],
     workdir: Path,
+    strict: bool,
 ) -> Judging | None:
-    """The judge when one is asked for or an LLM answers; a clear error when judge metrics lack an LLM."""
+    """The judge when one is asked for or an LLM answers; a clear error when judge metrics lack an LLM.
+    Unless ``strict``, failed samples never end the eval: on 5 questions one failure would (the judge's
+    share allows none), so they are listed and the rest scored."""
     from composer.evaluation.scoring import make_judging
     from composer.judges import GENERATION_METRICS, JUDGE_METRICS, JudgeConfig, require_llm
 
@@ -173,7 +240,52 @@ def _judging(
         fields.update(api_base=llm_base, api_key_env=llm_key_env)
     if settings is not None:
         fields["timeout"] = settings.timeout
+    if not strict:
+        fields["max_failure_share"] = 1.0
     return make_judging(JudgeConfig.model_validate(fields), generator, workdir)
+
+
+def study_split(questions: QuestionSet, export: Path, split: Split) -> QuestionSet:
+    """The study's selection or held-out questions, split by the seed and share its export recorded
+    (``provenance.split``), so that ``eval --config best.yaml --split selection`` gives the trial's
+    figures."""
+    from composer.study.experiment import SplitConfig
+    from composer.study.study import split_questions
+    from composer.yamlfile import read_yaml
+
+    doc = read_yaml(export, what="pipeline file")
+    provenance = doc.get("provenance") if isinstance(doc, dict) else None
+    if not isinstance(provenance, dict) or "split" not in provenance:
+        raise InputError("--split needs the study's split: give the best.yaml `composer export` wrote",
+                         path=export, field="provenance.split")
+    study = provenance.get("study")
+    if provenance["split"] is None:
+        if split == "held_out":
+            raise InputError(f"study {study} held no questions out: all were selection questions",
+                             path=export, field="provenance.split")
+        selection, held = questions, None
+    else:
+        selection, held = split_questions(questions, SplitConfig.model_validate(provenance["split"]))
+    expected = provenance.get("selection_fingerprint")
+    if expected and selection.fingerprint() != expected:
+        logging.getLogger("composer").warning(
+            "%s: these are not the questions study %s was run on (its selection set differs): the scores "
+            "will not be the trial's", questions.source, study)
+    return selection if split == "selection" or held is None else held
+
+
+def failed_sample_lines(report: EvaluationReport, limit: int = 20) -> list[str]:
+    """Which questions failed and why, so that a score over the rest is read as such."""
+    errors = report.table.errors
+    if not errors:
+        return []
+    ids = report.table.question_ids
+    lines = [f"{len(errors)} of {len(report)} samples failed (scored without them):"]
+    for row, error in sorted(errors.items())[:limit]:
+        lines.append(f"  {ids[row]}: {error.stage}: {error.kind}: {' '.join(error.message.split())[:200]}")
+    if len(errors) > limit:
+        lines.append(f"  ... and {len(errors) - limit} more (see samples.csv with --out)")
+    return lines
 
 
 def _llm_line(section: dict[str, Any]) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import typer
 
@@ -35,5 +35,24 @@ def export_command(
     record = TrialRecord.of(chosen)
     composite = record.composite if record is not None else None
     score = f" (composite {composite:.4f})" if composite is not None else ""
-    Console(stderr=True).print(f"trial #{chosen.number}{score} of study {name} written to {out}",
-                               highlight=False)
+    console = Console(stderr=True, soft_wrap=True)
+    console.print(f"trial #{chosen.number}{score} of study {name} written to {out}", highlight=False)
+    if trial is None:
+        warning = runner_up_warning(loaded.user_attrs.get("held_out"), chosen.number)
+        if warning:
+            console.print(f"warning: {warning}", style="yellow", highlight=False)
+
+
+def runner_up_warning(held: Any, winner: int) -> str | None:
+    """What to say when the held-out re-score found the runner-up really better than the exported winner
+    (the winner was chosen on the selection set; the held-out questions are the fairer judge)."""
+    if not isinstance(held, dict):
+        return None
+    d = held.get("difference") or {}
+    if not d.get("runner_up_really_better") or held.get("winner", {}).get("trial") != winner:
+        return None
+    runner_up = held["runner_up"]["trial"]
+    low, high = d["ci95"]
+    return (f"on the {held['n_questions']} held-out questions the runner-up #{runner_up} is really better "
+            f"than the winner #{winner} (difference {d['mean']:+.4f}, 95% CI [{low:+.4f}, {high:+.4f}]); "
+            f"to export it instead: --trial {runner_up}")

@@ -9,6 +9,7 @@ from typing import Any
 
 import typer
 
+from composer.cli.options import flag
 from composer.errors import ComposerError
 
 
@@ -24,12 +25,17 @@ def optimize_command(
         None, "--storage", help="Optuna storage URL, overriding the experiment's: e.g. a PostgreSQL URL "
         "shared by several `composer optimize` workers of one study, on one machine or many.",
     ),
-    strict: bool = typer.Option(False, "--strict", help="Relevant ids missing from the corpus are an error."),
+    workdir: Path | None = typer.Option(
+        None, "--workdir", help="Work dir (caches, indexes, default stores), overriding the experiment's "
+        "workdir: (default: .composer beside the experiment file).",
+    ),
+    strict: bool = flag("--strict", "Relevant ids missing from the corpus are an error."),
 ) -> None:
     """Search the configuration space; every trial goes to MLflow. Run it again to continue the study."""
     from composer.redact import scrub_url
+    from composer.study._storage import load_study
     from composer.study.experiment import load_experiment
-    from composer.study.leaderboard import render_leaderboard, report_console
+    from composer.study.leaderboard import failure_causes, render_leaderboard, report_console
     from composer.study.study import run_study
 
     # MLflow logs its table migrations and trace flushes at INFO; the live view is the progress report.
@@ -37,11 +43,16 @@ def optimize_command(
     exp = load_experiment(experiment)
     if storage is not None:
         exp = exp.model_copy(update={"storage": storage})
+    if workdir is not None:
+        exp = exp.model_copy(update={"workdir": workdir.resolve()})
     err = report_console(stderr=True)
     result = run_study(exp, n_trials=n_trials, study_name=study_name, console=err, strict=strict)
-    errors = result.summary["errors"]
-    if result.summary["n_complete"] == 0 and errors:
-        raise ComposerError(f"no trial of study {result.name} completed; first error: {errors[0]}")
+    causes = failure_causes(load_study(result.name, exp.storage_url).get_trials(deepcopy=False))
+    for line in failure_lines(causes):
+        err.print(line, markup=False, highlight=False)
+    if result.summary["n_complete"] == 0 and causes:
+        raise ComposerError(f"no trial of study {result.name} completed; the most frequent failure: "
+                            f"{causes[0][0]}")
     out = report_console()
     out.print(render_leaderboard(result.leaderboard, title=f"study {result.name}", limit=10))
     summary = result.summary
@@ -57,6 +68,13 @@ def optimize_command(
         out.print(f"LLM: {llm['llm_calls']:.0f} calls ({llm['llm_cached_calls']:.0f} cached), "
                   f"{llm['llm_total_tokens']:.0f} tokens, ${llm['llm_cost_usd']:.4f} over all trials",
                   highlight=False)
+    selection = summary.get("selection")
+    if selection and not selection["separated"]:
+        low, high = selection["ci95"]
+        err.print(f"warning: selection set too small to separate the top trials: on its "
+                  f"{selection['n_questions']} questions winner #{selection['winner']} minus runner-up "
+                  f"#{selection['runner_up']} is {selection['difference']:+.4f}, 95% CI [{low:+.4f}, "
+                  f"{high:+.4f}] spans 0; add questions before trusting the ranking", highlight=False)
     held = summary.get("held_out")
     if held and "difference" in held:
         d = held["difference"]
@@ -72,9 +90,23 @@ def optimize_command(
     if held and "error" in held:
         out.print(f"held-out ({held['n_questions']} questions): {held['error']}", markup=False,
                   highlight=False)
+    found = f"--experiment {experiment}" if workdir is None else f"--storage {scrub_url(exp.storage_url)}"
     out.print(f"MLflow: {scrub_url(result.tracking_uri)} (composer ui --experiment {experiment}) · "
-              f"export: composer export {result.name} --experiment {experiment} --out best.yaml",
-              highlight=False)
+              f"export: composer export {result.name} {found} --out best.yaml", highlight=False)
+
+
+def failure_lines(causes: list[tuple[str, list[int]]], limit: int = 8) -> list[str]:
+    """The study's failed trials by cause, so that a space whose hub models all failed to load says so."""
+    if not causes:
+        return []
+    total = sum(len(numbers) for _, numbers in causes)
+    lines = [f"{total} failed trial{'s' if total > 1 else ''} by cause:"]
+    for cause, numbers in causes[:limit]:
+        shown = ", ".join(f"#{n}" for n in numbers[:6]) + (", ..." if len(numbers) > 6 else "")
+        lines.append(f"  {len(numbers)} x {cause} ({shown})")
+    if len(causes) > limit:
+        lines.append(f"  ... and {len(causes) - limit} more causes (composer trials, or --debug)")
+    return lines
 
 
 def held_out_verdict(difference: Mapping[str, Any]) -> str:

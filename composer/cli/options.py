@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -21,3 +22,9 @@ EXPERIMENT = typer.Option(
 STORAGE = typer.Option(
     None, "--storage", help="Optuna storage URL (default: the experiment's, else sqlite:///.composer/optuna.db)."
 )
+
+
+def flag(name: str, help: str) -> Any:
+    """A switch that takes no value. Typer prints every option's type in --help, a switch as
+    ``--json <bool>`` as if it took one; an empty metavar leaves the column blank."""
+    return typer.Option(False, name, help=help, metavar="")

@@ -23,12 +23,22 @@ def pipeline_progress(enabled: bool = True) -> Iterator[ProgressHook | None]:
         BarColumn,
         MofNCompleteColumn,
         Progress,
+        ProgressColumn,
+        Task,
         TaskID,
         TextColumn,
         TimeRemainingColumn,
     )
+    from rich.text import Text
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    class RateColumn(ProgressColumn):
+        """Items per second (Rich's own speed column counts bytes)."""
+
+        def render(self, task: Task) -> Text:
+            return Text(f"{task.speed:,.0f}/s" if task.speed else "")
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), RateColumn(),
+               TimeRemainingColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True) as bars:
         tasks: dict[str, TaskID] = {}
 

@@ -20,7 +20,7 @@ REVIEW_ROWS = 12
 
 
 def synth_command(
-    corpus: Path = typer.Argument(..., help="Corpus: JSONL/JSON/CSV/Parquet, or a folder of .txt/.md files."),
+    corpus: Path = typer.Argument(..., help="Corpus: JSONL/JSON/CSV/Parquet, or a folder of documents."),
     n: int = typer.Option(200, "--n", min=1, help="Questions to keep after the filters."),
     llm: str = typer.Option(..., "--llm", help="litellm model that writes and checks the questions."),
     out: Path = typer.Option(
@@ -60,8 +60,10 @@ def synth_command(
     report_path: Path | None = typer.Option(
         None, "--report", help="Report to write (JSON; default: OUT with .report.json)."
     ),
-    review: bool = typer.Option(False, "--review", help="Print a sample of the kept questions to read."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout, nothing else."),
+    review: bool = typer.Option(False, "--review", help="Print a sample of the kept questions to read.",
+                                metavar=""),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout, nothing else.",
+                                 metavar=""),
     tracking_uri: str | None = typer.Option(
         None, "--tracking-uri", help="MLflow store for the report (default sqlite:///<workdir>/mlflow.db)."
     ),
@@ -102,6 +104,9 @@ def synth_command(
     except ValidationError as exc:
         raise config_error(exc, "command line") from None
     docs = load_corpus(corpus)
+    from composer.llm.preflight import check_reachable
+
+    check_reachable([config.llm], before="generating questions")
     outcome = synthesize(docs, config, LLMClient(config.llm, cache_dir=workdir / "cache" / "llm"))
     require_questions(outcome)
     report_file = report_path or out.with_suffix(".report.json")
@@ -109,9 +114,10 @@ def synth_command(
     report = {**outcome.report, "out": str(out)}
     write_report(report, report_file)
     if mlflow_experiment is not None:
-        from composer.synth.tracking import log_report_to_mlflow
+        from composer.study.experiment import default_tracking_uri
+        from composer.tracking.synth import log_report_to_mlflow
 
-        uri = tracking_uri or f"sqlite:///{(workdir / 'mlflow.db').resolve()}"
+        uri = tracking_uri or default_tracking_uri(workdir)
         report["mlflow_run_id"] = log_report_to_mlflow(report, uri, mlflow_experiment, questions=out)
     if as_json:
         sys.stdout.write(json.dumps(report, ensure_ascii=False) + "\n")

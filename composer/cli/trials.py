@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from composer.cli.options import EXPERIMENT, STORAGE
+from composer.cli.options import EXPERIMENT, STORAGE, flag
 
 
 def trials_command(
@@ -15,7 +15,7 @@ def trials_command(
     experiment: Path | None = EXPERIMENT,
     storage: str | None = STORAGE,
     limit: int | None = typer.Option(None, "--limit", min=1, help="Show only the best N trials."),
-    as_csv: bool = typer.Option(False, "--csv", help="Print the leaderboard as CSV on stdout."),
+    as_csv: bool = flag("--csv", "Print the leaderboard as CSV on stdout."),
 ) -> None:
     """Rank a study's trials by the composite objective (complete first, then pruned and failed)."""
     from composer.study.experiment import locate_study

@@ -1,29 +1,31 @@
-"""Corpora from files, DataFrames, lists of dicts, or a folder of .txt / .md files.
+"""Corpora from files, DataFrames, lists of dicts, or a folder of documents.
 
 Fields (names match case-insensitively): ``id`` (also ``_id`` as in BEIR, ``doc_id``, ``docid``),
 ``title``, ``text`` (also ``contents`` as in Pyserini, ``content``), ``metadata`` (an object; any other
 column is added to it). Text is kept exactly as given, since chunk offsets point into it. A missing id is
 ``d-`` + the first 12 hex digits of SHA-1 of the text (``-2``, ``-3``... for repeated texts).
 
-In a folder, every .txt and .md file below it (hidden files and folders excluded) is a document whose id is
-its path relative to the folder in POSIX form (``guides/setup.md``) and whose title is the file stem;
-empty files are skipped with a warning.
+In a folder, every .pdf, .docx, .pptx, .html/.htm, .md and .txt file below it (hidden files and folders
+excluded) is a document whose id is its path relative to the folder in POSIX form (``guides/setup.md``);
+one such file on its own is a corpus of one document named by its file name. Titles are the PDF's or Word
+file's own title, the first heading (Markdown, Word, HTML), else the file stem; page and heading offsets go
+in the metadata (see ``composer.documents``). Files that give no document (empty, encrypted, scanned,
+damaged, too large, of another type) are skipped with a warning and listed in ``Corpus.report``; with
+``strict`` any of them is an error.
 """
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from composer.data.fields import IdMaker, Where, as_id, as_metadata, as_text, parse_rows, split_fields
-from composer.data.readers import read_source, read_text
+from composer.data.readers import read_source
 from composer.data.types import Corpus, Document
 from composer.errors import InputError
 
-logger = logging.getLogger(__name__)
-
-FOLDER_EXTENSIONS = (".txt", ".md")
+if TYPE_CHECKING:
+    from composer.documents import CorpusReport
 
 _ALIASES = {
     **dict.fromkeys(("id", "_id", "doc_id", "docid"), "id"),
@@ -33,11 +35,18 @@ _ALIASES = {
 }
 
 
-def load_corpus(source: Any) -> Corpus:
-    """Load a corpus: a path (.jsonl, .json, .csv, .tsv, .xlsx, .parquet, or a folder), a DataFrame or a
-    list of dicts."""
-    if isinstance(source, (str, Path)) and Path(source).is_dir():
-        return _load_folder(Path(source))
+def load_corpus(source: Any, *, strict: bool = False, cache_dir: Path | None = None) -> Corpus:
+    """Load a corpus: a path (.jsonl, .json, .csv, .tsv, .xlsx, .parquet, a document file or a folder of
+    them), a DataFrame or a list of dicts. ``cache_dir`` holds extracted document text (default: the user
+    cache, see ``composer.documents.cache``)."""
+    from composer.documents import DOCUMENT_EXTENSIONS  # composer.documents builds Documents: imported late
+
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if path.is_dir():
+            return _load_folder(path, strict, cache_dir)
+        if path.suffix.lower() in DOCUMENT_EXTENSIONS and path.is_file():
+            return _load_files(path, [(path.name, path)], [], strict, cache_dir)
     records = read_source(source)
     return Corpus([doc for _, doc in parse_rows(records, "document", "d", _document)], records.source)
 
@@ -55,26 +64,35 @@ def _document(row: dict[str, Any], where: Where, make_id: IdMaker) -> Document:
     )
 
 
-def _load_folder(root: Path) -> Corpus:
-    paths = sorted(
+def _load_folder(root: Path, strict: bool, cache_dir: Path | None) -> Corpus:
+    from composer.documents import DOCUMENT_EXTENSIONS
+
+    found = sorted(
         (p.relative_to(root).as_posix(), p)
         for p in root.rglob("*")
-        if p.suffix.lower() in FOLDER_EXTENSIONS
-        and p.is_file()
-        and not any(part.startswith(".") for part in p.relative_to(root).parts)
+        if not any(part.startswith(".") for part in p.relative_to(root).parts) and p.is_file()
     )
-    if not paths:
-        raise InputError(f"no {' or '.join(FOLDER_EXTENSIONS)} files in this folder", path=root)
-    documents: list[Document] = []
-    empty: list[str] = []
-    for doc_id, path in paths:
-        text = read_text(path)
-        if text.strip():
-            documents.append(Document(id=doc_id, text=text, title=path.stem))
-        else:
-            empty.append(doc_id)
-    if empty:
-        logger.warning("%s: skipped %d empty file(s) (e.g. %s)", root, len(empty), ", ".join(empty[:3]))
+    files = [(doc_id, p) for doc_id, p in found if p.suffix.lower() in DOCUMENT_EXTENSIONS]
+    if not files:
+        raise InputError(f"no {', '.join(DOCUMENT_EXTENSIONS)} files in this folder", path=root)
+    others = [doc_id for doc_id, p in found if p.suffix.lower() not in DOCUMENT_EXTENSIONS]
+    return _load_files(root, files, others, strict, cache_dir)
+
+
+def _load_files(
+    root: Path, files: list[tuple[str, Path]], others: list[str], strict: bool, cache_dir: Path | None
+) -> Corpus:
+    from composer.documents import read_documents
+
+    documents, report = read_documents(root, files, others, cache_dir)
+    if strict and report.skipped:
+        raise InputError(_skips(report) + " (--strict: every file must give a document)", path=root)
     if not documents:
-        raise InputError("every .txt / .md file in this folder is empty", path=root)
-    return Corpus(documents, str(root))
+        raise InputError("no file here gives a document: " + _skips(report), path=root)
+    return Corpus(documents, str(root), report=report)
+
+
+def _skips(report: CorpusReport) -> str:
+    first = "; ".join(f"{doc_id}: {message}" for doc_id, _, message in report.skipped[:3])
+    more = f"; and {len(report.skipped) - 3} more" if len(report.skipped) > 3 else ""
+    return f"{len(report.skipped)} file(s) skipped ({first}{more})"

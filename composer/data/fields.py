@@ -83,7 +83,7 @@ def as_text(value: Any, where: Where, field: str) -> str | None:
 
 def as_list(value: Any, where: Where, field: str, *, ids: bool) -> tuple[str, ...]:
     """A list field as a tuple of non-empty strings (see the module docstring for the cell convention)."""
-    if value is None:
+    if value is None or (isinstance(value, str) and not value.strip()):
         return ()
     if isinstance(value, str) and where.tabular:
         stripped = value.strip()
@@ -93,16 +93,18 @@ def as_list(value: Any, where: Where, field: str, *, ids: bool) -> tuple[str, ..
             except json.JSONDecodeError as e:
                 raise where.error(f"invalid JSON array: {e.msg} (column {e.colno})", field=field) from e
         elif ids:
-            value = _ID_SEPARATORS.split(stripped)
+            value = [part for part in _ID_SEPARATORS.split(stripped) if part.strip()]  # `d1; d3 ;` is fine
     if isinstance(value, dict) and isinstance(value.get("text"), list):
         value = value["text"]  # SQuAD / Hugging Face layout: {"text": [...], "answer_start": [...]}
     if not isinstance(value, (list, tuple)):
         value = [value]
     items: list[str] = []
-    for item in value:
+    for n, item in enumerate(value, 1):
         text = as_id(item, where, field) if ids else as_text(item, where, field)
         if text is not None and text.strip():
             items.append(text)
+        elif ids:  # a blank id in a list (`["d1", ""]`) is a slip: dropping it would hide it
+            raise where.error(f"id {n} of {len(value)} is blank: remove it or give the id", field=field)
     return tuple(items)
 
 

@@ -4,7 +4,8 @@ Fields (names match case-insensitively; aliases are the names of the tools users
 
 - ``id``, also ``qid``, ``query_id``, ``question_id``; missing ids are generated (below).
 - ``question``, also ``query``, ``user_input`` (Ragas); required and non-empty.
-- ``relevant_ids``, also ``relevant``: document ids, or chunk ids ``<doc id>#<n>``.
+- ``relevant_ids``, also ``relevant``: document ids, or chunk ids ``<doc id>#<n>``; a blank id in a
+  list (``["d1", ""]``) is an error naming the row; a blank field means none.
 - ``reference_answer``, also ``answer``, ``ground_truth``, ``reference`` (Ragas).
 - ``answers``, also ``ground_truths``: every gold answer (SQuAD's ``{"text": [...]}`` works too).
 - ``context``, also ``contexts``, ``reference_contexts`` (Ragas): gold context passages.

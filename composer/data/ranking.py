@@ -8,14 +8,18 @@ and ``Ranking.hits`` turns a row into ``Hit`` objects only where a person or an 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from composer.data.types import Hit, Run
+
+logger = logging.getLogger(__name__)
 
 NONE = -1
 """Padding in ``Ranking.items``: a row retrieved fewer items than the ranking is wide."""
@@ -82,7 +86,8 @@ class ChunkTable(Mapping[str, tuple[str, str]]):
 @dataclass(frozen=True, eq=False)
 class Ranking:
     """Row i ranks ``question_ids[i]``: ``items`` are positions in ``table`` (``NONE`` pads a short row) and
-    ``scores`` their scores, in trec_eval's order (score descending, equal scores by id descending)."""
+    ``scores`` their scores, best first: trec_eval's order (score descending, equal scores by id
+    descending) for every ranking Composer makes, the order ``ranking_from_run`` was told for a run's."""
 
     question_ids: tuple[str, ...]
     items: npt.NDArray[np.int64]
@@ -141,8 +146,20 @@ def trec_sorted(
     return np.take_along_axis(items, order, axis=1), np.take_along_axis(scores, order, axis=1)
 
 
-def ranking_from_run(run: Run, question_ids: Sequence[str], table: ChunkTable) -> Ranking:
-    """A Run (hit lists) as a Ranking over ``table`` (which must hold every hit id), in trec order."""
+RunOrder = Literal["auto", "given", "score"]
+"""How an external run's hits are ranked: ``score`` is trec_eval's order (score descending, equal scores by
+id descending); ``given`` is the file's order; ``auto`` (the default) is the file's order for a question
+whose hits all score alike (a rank-only system, or no scores), trec_eval's otherwise."""
+
+
+def ranking_from_run(
+    run: Run, question_ids: Sequence[str], table: ChunkTable, *, order: RunOrder = "auto"
+) -> Ranking:
+    """A Run (hit lists) as a Ranking over ``table`` (which must hold every hit id), ranked by ``order``.
+
+    Re-sorting a rank-only run by id silently changes a user's numbers (seen: hit@1 0.9 -> 0.5), so ``auto``
+    keeps the given order where the scores say nothing; where trec_eval's order moves items of a scored
+    question, a warning says how many questions changed and how to keep the file's order."""
     lists = [run.get(qid, []) for qid in question_ids]
     depth = max((len(hits) for hits in lists), default=0)
     items = np.full((len(lists), depth), NONE, dtype=np.int64)
@@ -151,5 +168,21 @@ def ranking_from_run(run: Run, question_ids: Sequence[str], table: ChunkTable) -
     for row, hits in enumerate(lists):
         items[row, : len(hits)] = [position[h.id] for h in hits]
         scores[row, : len(hits)] = [h.score for h in hits]
-    items, scores = trec_sorted(items, scores, table)
-    return Ranking(tuple(question_ids), items, scores, table)
+    if order == "given":
+        return Ranking(tuple(question_ids), items, scores, table)
+    sorted_items, sorted_scores = trec_sorted(items, scores, table)
+    if order == "auto":
+        pad = items == NONE
+        low = np.where(pad, np.inf, scores).min(axis=1, initial=np.inf)
+        high = np.where(pad, -np.inf, scores).max(axis=1, initial=-np.inf)
+        alike = ~(low < high)
+        sorted_items = np.where(alike[:, None], items, sorted_items)
+        sorted_scores = np.where(alike[:, None], scores, sorted_scores)
+        moved = int((sorted_items != items).any(axis=1).sum())
+        if moved:
+            logger.warning(
+                "%d of %d questions re-sorted by score (equal scores by id, descending) as trec_eval ranks "
+                "them: their order differs from the run's; to score the run in its own order, pass "
+                "--order given (order='given')", moved, len(lists),
+            )
+    return Ranking(tuple(question_ids), sorted_items, sorted_scores, table)

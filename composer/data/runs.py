@@ -1,15 +1,17 @@
 """Retrieval runs of any system: Composer's JSON Lines layout or a TREC run file.
 
 JSON Lines (or a JSON array): one object per question, ``{"id": question id, "results": [{"id": doc or
-chunk id, "score": number, "text": optional, "doc_id": optional}, ...]}`` (``qid`` is accepted for ``id``).
-TREC: ``qid Q0 docid rank score tag`` per line, whitespace separated. Hits keep the file's order; metrics
-apply trec_eval's ordering themselves. The format is detected from the content (a leading ``{`` or ``[``
-means JSON), whatever the extension (.jsonl, .json, .trec, .run, .txt...).
+chunk id, "score": number, "text": optional, "doc_id": optional}, ...], "answer": optional}`` (``qid`` is
+accepted for ``id``; scores may be left out, for every result of a question, by a rank-only system).
+TREC: ``qid Q0 docid rank score tag`` per line, whitespace separated. Hits keep the file's order; scoring
+decides the ranking (``composer.data.ranking.RunOrder``). The format is detected from the content (a leading
+``{`` or ``[`` means JSON), whatever the extension (.jsonl, .json, .trec, .run, .txt...).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,8 +23,21 @@ from composer.errors import InputError
 RunFormat = Literal["jsonl", "trec"]
 
 
+@dataclass(frozen=True)
+class RunFile:
+    """What a run file holds: the hits per question and, where the system answered, its answers."""
+
+    hits: Run
+    answers: dict[str, str] = field(default_factory=dict)
+
+
 def load_run(path: str | Path, *, fmt: RunFormat | None = None) -> Run:
     """Question id -> hits; ``fmt`` overrides content detection."""
+    return read_run(path, fmt=fmt).hits
+
+
+def read_run(path: str | Path, *, fmt: RunFormat | None = None) -> RunFile:
+    """The hits and the answers (a JSON run's ``answer`` fields) of a run file."""
     p = Path(path)
     if not p.is_file():
         raise InputError("file not found" if not p.exists() else "expected a file, got a directory", path=p)
@@ -34,13 +49,14 @@ def load_run(path: str | Path, *, fmt: RunFormat | None = None) -> Run:
     if fmt == "jsonl":
         return _json_run(text, p)
     if fmt == "trec":
-        return _trec_run(text, p)
+        return RunFile(_trec_run(text, p))
     raise InputError(f"unknown run format '{fmt}'; expected jsonl or trec", path=p)
 
 
-def _json_run(text: str, path: Path) -> Run:
+def _json_run(text: str, path: Path) -> RunFile:
     rows = checked(Records(str(path), parse_json_rows(text, path), tabular=False, unit="line")).rows
     run: Run = {}
+    answers: dict[str, str] = {}
     unique = UniqueIds("question", "line")
     for line, row in rows:
         where = Where(str(path), line, tabular=False)
@@ -53,19 +69,28 @@ def _json_run(text: str, path: Path) -> Run:
         results = row.get("results")
         if not isinstance(results, list):
             raise where.error("expected a list of results", field="results")
-        run[qid] = [_json_hit(item, where, f"results[{i}]") for i, item in enumerate(results)]
-    return run
+        scored = any(isinstance(item, dict) and item.get("score") is not None for item in results)
+        run[qid] = [_json_hit(item, where, f"results[{i}]", scored) for i, item in enumerate(results)]
+        answer = row.get("answer")
+        if answer is not None and not isinstance(answer, str):
+            raise where.error(f"answer must be a string, got {type(answer).__name__}", field="answer")
+        if answer is not None:
+            answers[qid] = answer
+    return RunFile(run, answers)
 
 
-def _json_hit(item: Any, where: Where, name: str) -> Hit:
+def _json_hit(item: Any, where: Where, name: str, scored: bool) -> Hit:
+    """One result; without ``scored`` (no result of the question has a score) its score is 0, so the
+    question is ranked in the order given."""
     if not isinstance(item, dict):
         raise where.error("expected an object with 'id' and 'score'", field=name)
     hit_id = as_id(item.get("id"), where, f"{name}.id")
     if hit_id is None:
         raise where.error("missing id", field=f"{name}.id")
-    score = item.get("score")
+    score = item.get("score", None) if scored else 0.0
     if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
-        raise where.error(f"score must be a finite number, got {score!r}", field=f"{name}.score")
+        hint = " (give a score for every result of a question, or for none)" if score is None else ""
+        raise where.error(f"score must be a finite number, got {score!r}{hint}", field=f"{name}.score")
     text = item.get("text")
     if text is not None and not isinstance(text, str):
         raise where.error("text must be a string", field=f"{name}.text")

@@ -6,7 +6,10 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from composer.documents.report import CorpusReport
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,8 @@ Run = dict[str, list[Hit]]
 class Corpus:
     documents: list[Document]
     source: str = "<memory>"
+    report: CorpusReport | None = field(default=None, compare=False, repr=False)
+    """What reading a folder did (files, pages, skips, repairs); None for tables and memory."""
 
     def __post_init__(self) -> None:
         self._by_id = {d.id: d for d in self.documents}

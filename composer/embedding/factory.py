@@ -27,6 +27,7 @@ def make_embedder(cfg: EmbeddingConfig) -> Embedder:
             passage_prefix=pp,
             batch_size=cfg.batch_size or LOCAL_BATCH,
             precision=cfg.precision,
+            device=cfg.device,
         )
     assert cfg.model is not None  # EmbeddingConfig requires a model for the two providers below
     if cfg.provider == "sentence-transformers":
@@ -38,6 +39,7 @@ def make_embedder(cfg: EmbeddingConfig) -> Embedder:
             passage_prefix=pp,
             batch_size=cfg.batch_size or LOCAL_BATCH,
             precision=cfg.precision,
+            device=cfg.device,
         )
     from composer.embedding.remote import LiteLLMEmbedder
 

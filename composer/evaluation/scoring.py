@@ -24,7 +24,7 @@ import numpy as np
 from composer.data.ranking import Ranking
 from composer.data.types import Corpus, Question, QuestionSet
 from composer.errors import ConfigError
-from composer.evaluation.evaluate import score_ranking
+from composer.evaluation.columns import score_ranking
 from composer.evaluation.report import EvaluationReport, SampleTable, StageError, concat_tables
 from composer.generation import Answer
 from composer.judges import (
@@ -44,8 +44,7 @@ from composer.metrics.matching import MatchMode, Universe, default_match_mode
 from composer.metrics.refusal import is_refusal
 
 if TYPE_CHECKING:
-    from composer.pipeline.config import PipelineConfig
-    from composer.pipeline.pipeline import IndexInfo, Pipeline
+    from composer.pipeline.pipeline import Pipeline
 
 logger = logging.getLogger(__name__)
 
@@ -134,15 +133,34 @@ def usage_metrics(usage: Usage) -> dict[str, float]:
 
 
 class RankingPipeline(Protocol):
-    """What scoring needs of a pipeline (composer.pipeline.pipeline.Pipeline is the real one)."""
+    """What scoring needs of whatever produces a batch: Composer's ``Pipeline`` or a user's system
+    (``composer.evaluation.system.SystemPipeline``)."""
 
-    config: PipelineConfig
     searched: float
     """Seconds spent in index searches so far (a memoized search costs none)."""
 
-    def index(self, corpus: Corpus) -> IndexInfo: ...
+    @property
+    def failed(self) -> Mapping[str, StageError]:
+        """Questions whose retrieval failed in the last ``rank`` call (failed samples, not fatal)."""
+        ...
 
-    def universe(self) -> Universe: ...
+    @property
+    def answerer(self) -> str:
+        """Who answers: "extractive", "llm:<model>", "system:<name>"."""
+        ...
+
+    @property
+    def generator_model(self) -> str | None: ...
+
+    @property
+    def can_answer(self) -> bool: ...
+
+    def batched(self, answering: bool) -> bool:
+        """Whether scoring calls something slow or paid per question (an LLM, a user's system), and so
+        runs batch by batch: a pruner may stop it between batches."""
+        ...
+
+    def universe(self) -> Universe | None: ...
 
     def rank(self, questions: Sequence[Question]) -> tuple[Ranking, dict[str, np.ndarray]]: ...
 
@@ -185,11 +203,11 @@ def score_pipeline(
     mode = match or default_match_mode(questions, corpus)
     items = list(questions)
     total = len(items)
-    answering = answers or judging is not None
+    answering = pipeline.can_answer and (answers or judging is not None)
     universe = pipeline.universe()
     settings = judging.settings if judging is not None else JudgeSettings()
     budget = FailureBudget(total, settings.max_failure_share)
-    unit = batch_size if _calls_llm(pipeline.config, judging, answering) else max(total, 1)
+    unit = batch_size if judging is not None or pipeline.batched(answering) else max(total, 1)
     info: dict[str, Any] = {
         "questions": questions.source,
         "questions_fingerprint": questions.fingerprint(),
@@ -208,6 +226,8 @@ def score_pipeline(
                 ranking, latency = pipeline.rank(batch)
             seconds["search"] = seconds.get("search", 0.0) + pipeline.searched - searched
             progress.add("retrieved", len(batch))
+            failed_retrieval = dict(pipeline.failed)
+            budget.spend(len(failed_retrieval), usage)
             batch_answers: dict[str, Answer] | None = None
             judged: dict[str, SampleResult] = {}
             answer_s = judge_s = 0.0
@@ -250,6 +270,9 @@ def score_pipeline(
                     contexts=None if batch_answers is None else {q: a.contexts for q, a in given.items()},
                 )
                 table.latency.update(latency)
+                for row, q in enumerate(batch):
+                    if q.id in failed_retrieval:
+                        table.errors[row] = failed_retrieval[q.id]
                 if batch_answers is not None:
                     _merge_answers(table, batch, batch_answers, answer_s, judged, judging, judge_s)
                 tables.append(table)
@@ -263,13 +286,13 @@ def score_pipeline(
                 steps += 1
     ks_all = tuple(sorted(set(ks)))
     report = EvaluationReport(concat_tables(tables) if tables else SampleTable((), ()), ks_all, mode, info)
-    gen_model = pipeline.config.generation.model
+    gen_model = pipeline.generator_model
     judge_model = judging.model if judging is not None else None
     if usage.calls:
         report = report.with_meta({LLM_META: _llm_section(report, usage, budget, gen_model, judge_model)})
     return Scored(
         report,
-        f"llm:{gen_model}" if gen_model else "extractive",
+        pipeline.answerer,
         answers=answered,
         usage=usage,
         judge=judge_model,
@@ -285,16 +308,6 @@ def _timed(seconds: dict[str, float], stage: str) -> Iterator[None]:
         yield
     finally:
         seconds[stage] = seconds.get(stage, 0.0) + time.perf_counter() - started
-
-
-def _calls_llm(config: PipelineConfig, judging: Judging | None, answering: bool) -> bool:
-    """Whether scoring calls an LLM, and so runs batch by batch (a pruner may stop it between batches)."""
-    return (
-        judging is not None
-        or config.query_expansion.method != "none"
-        or config.rerank.method == "llm"
-        or (answering and config.generation.model is not None)
-    )
 
 
 class _Progress:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from composer.data.types import Hit
 from composer.errors import ConfigError
 from composer.generation.prompts import ANSWER_TEMPLATES, REFUSALS
 from composer.llm.client import LLMClient, Result
@@ -20,10 +21,25 @@ class Answer:
     lang: PromptLanguage
     result: Result | None
     contexts: tuple[str, ...] = ()
+    hits: tuple[Hit, ...] = ()
+    """The ranked chunks the contexts came from (``Pipeline.ask`` fills them in)."""
+    citations: tuple[str, ...] = ()
+    """Where the contexts come from, once each: ``guide.pdf, page 3`` (``Pipeline.ask`` fills them in)."""
 
     @property
     def failed(self) -> bool:
         return self.text is None
+
+    @property
+    def language(self) -> PromptLanguage:
+        return self.lang
+
+    @property
+    def refusal(self) -> bool:
+        """Whether the answer declines ("I don't know", "لا أعرف", "نمی‌دانم"...)."""
+        from composer.metrics.refusal import is_refusal
+
+        return self.text is not None and is_refusal(self.text)
 
 
 class Generator:

@@ -10,13 +10,15 @@ it knows neither our Arabic/Persian letter folding nor Persian at all.
 from __future__ import annotations
 
 import zlib
-from collections import Counter
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 from composer.text import Language, detect_language
 from composer.text.analyzers import Analyzer, AnalyzerName
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # Token ids must mean the same thing in every index a process ever reopens: bump on any change to
 # tokenization, hashing or weighting so stale indexes are refused instead of silently mis-scored.
@@ -73,27 +75,30 @@ class Bm25Encoder:
         k1: float = 1.2,
         b: float = 0.75,
         title_weight: float = 0.0,
-    ) -> tuple[Bm25Encoder, list[SparseVector]]:
-        """Learn the fields' average lengths from the corpus and encode it in the same pass."""
-        analysis = Analyzer(analyzer, stem, stopwords)
+    ) -> tuple[Bm25Encoder, SparseRows]:
+        """Learn the fields' average lengths from the corpus and encode it in the same pass.
+
+        The corpus's term counts are kept for the last few corpora (``_term_counts``): encoders that
+        differ only in ``k1``, ``b`` or ``title_weight`` recompute the weights, not the analysis."""
         texts = list(texts)
-        language = analysis.collection_language(texts)
-        fields = _fields(analysis, language, texts, titles if title_weight > 0 else None)
-        avglen = sum(len(t) for t, _ in fields) / len(fields) if fields else 1.0
-        titled = [len(t) for _, t in fields if t]
+        counts = _term_counts(Analyzer(analyzer, stem, stopwords), texts,
+                              titles if title_weight > 0 else None)
+        n = len(texts)
+        titled = counts.title.lengths[counts.title.lengths > 0] if counts.title is not None else None
         enc = cls(
-            avglen=max(avglen, 1.0),
+            avglen=max(int(counts.text.lengths.sum()) / n, 1.0) if n else 1.0,
             k1=k1,
             b=b,
             analyzer=analyzer,
             stem=stem,
             stopwords=stopwords,
             title_weight=title_weight,
-            avglen_title=max(sum(titled) / len(titled), 1.0) if titled else 1.0,
-            n_docs=len(fields),
-            language=language,
+            avglen_title=(max(int(titled.sum()) / len(titled), 1.0)
+                          if titled is not None and len(titled) else 1.0),
+            n_docs=n,
+            language=counts.language,
         )
-        return enc, [enc._weigh(text, title) for text, title in fields]
+        return enc, enc._weigh(counts)
 
     @property
     def analysis(self) -> Analyzer:
@@ -107,8 +112,9 @@ class Bm25Encoder:
     def encode_documents(
         self, texts: Iterable[str], titles: Sequence[str] | None = None
     ) -> list[SparseVector]:
-        fields = _fields(self.analysis, self.language, texts, titles if self.title_weight > 0 else None)
-        return [self._weigh(text, title) for text, title in fields]
+        texts = list(texts)
+        titles = titles if self.title_weight > 0 else None
+        return list(self._weigh(_count(self.analysis, self.language, texts, titles)))
 
     def encode_queries(
         self, texts: Iterable[str], vocabulary: Container[int] | None = None
@@ -136,17 +142,33 @@ class Bm25Encoder:
             out.append(SparseVector(sorted(best), [1.0] * len(best)))
         return out
 
-    def _weigh(self, text: Sequence[str], title: Sequence[str]) -> SparseVector:
-        """BM25F term weights: per-field length-normalized tf, summed (title weighted), saturated once."""
-        tf = Counter(map(token_id, text))
-        norm = 1.0 - self.b + self.b * len(text) / self.avglen
-        freq = {i: n / norm for i, n in tf.items()}
-        if title:
-            norm_title = (1.0 - self.b + self.b * len(title) / self.avglen_title) / self.title_weight
-            for i, n in Counter(map(token_id, title)).items():
-                freq[i] = freq.get(i, 0.0) + n / norm_title
-        ids = sorted(freq)
-        return SparseVector(ids, [freq[i] * (self.k1 + 1.0) / (freq[i] + self.k1) for i in ids])
+    def _weigh(self, counts: _Counts) -> SparseRows:
+        """BM25F term weights: per-field length-normalized tf, summed (title weighted), saturated once.
+
+        Vectorized over the corpus, in the same float64 operations, in the same order, as one document
+        at a time: the weights are bit-for-bit those of the per-document formula."""
+        import numpy as np
+
+        text = counts.text
+        norm = 1.0 - self.b + self.b * text.lengths.astype(np.float64) / self.avglen
+        freq = text.counts / np.repeat(norm, np.diff(text.indptr))
+        rows, terms = text.rows(), text.terms
+        if counts.title is not None and len(counts.title.terms):
+            title = counts.title
+            norm_title = (1.0 - self.b + self.b * title.lengths.astype(np.float64) / self.avglen_title
+                          ) / self.title_weight
+            rows = np.concatenate([rows, title.rows()])
+            terms = np.concatenate([terms, title.terms])
+            freq = np.concatenate([freq, title.counts / np.repeat(norm_title, np.diff(title.indptr))])
+            order = np.lexsort((terms, rows))
+            rows, terms, freq = rows[order], terms[order], freq[order]
+            first = np.ones(len(rows), bool)
+            first[1:] = (rows[1:] != rows[:-1]) | (terms[1:] != terms[:-1])
+            starts = np.flatnonzero(first)
+            freq = np.add.reduceat(freq, starts) if len(starts) else freq  # a term in both fields: 2 values
+            rows, terms = rows[starts], terms[starts]
+        indptr = np.searchsorted(rows, np.arange(len(text.lengths) + 1))
+        return SparseRows(indptr, terms, freq * (self.k1 + 1.0) / (freq + self.k1))
 
     def to_dict(self) -> dict[str, Any]:
         return {"scheme": SCHEME, **asdict(self)}
@@ -177,16 +199,120 @@ def _reading(language: Language | None, text: str) -> Language | None:
     return None
 
 
-def _fields(
-    analysis: Analyzer, language: Language | None, texts: Iterable[str], titles: Sequence[str] | None
-) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
-    """(text tokens, title tokens) per document; a title is read in its text's language."""
-    texts = list(texts)
-    if titles is not None and len(titles) != len(texts):
-        raise ValueError(f"{len(titles)} titles for {len(texts)} texts")
-    out = []
-    for i, text in enumerate(texts):
-        lang = _reading(language, text) or (detect_language(text) if analysis.name != "plain" else None)
-        title = titles[i] if titles is not None else ""
-        out.append((analysis.tokens(text, lang), analysis.tokens(title, lang) if title else ()))
-    return out
+class SparseRows(Sequence[SparseVector]):
+    """Many sparse vectors as three arrays (CSR): row ``i`` has token ids ``indices[indptr[i]:indptr[i+1]]``
+    (ascending) and their ``values``. A corpus's vectors as Python lists would take ~10x the memory."""
+
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray) -> None:
+        self.indptr, self.indices, self.values = indptr, indices, values
+
+    def __len__(self) -> int:
+        return len(self.indptr) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> SparseVector: ...
+    @overload
+    def __getitem__(self, i: slice) -> SparseRows: ...
+    def __getitem__(self, i: int | slice) -> SparseVector | SparseRows:
+        if isinstance(i, slice):
+            lo, hi, step = i.indices(len(self))
+            if step != 1:
+                raise ValueError("SparseRows slices must be contiguous")
+            a, z = self.indptr[lo], self.indptr[max(hi, lo)]
+            return SparseRows(self.indptr[lo:max(hi, lo) + 1] - a, self.indices[a:z], self.values[a:z])
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        a, z = self.indptr[i], self.indptr[i + 1]
+        return SparseVector(self.indices[a:z].tolist(), self.values[a:z].tolist())
+
+
+@dataclass(frozen=True)
+class _Field:
+    """One field's term counts over a corpus (CSR over token ids, ascending per row) and token lengths."""
+
+    indptr: np.ndarray
+    terms: np.ndarray
+    counts: np.ndarray
+    lengths: np.ndarray
+
+    def rows(self) -> np.ndarray:
+        import numpy as np
+
+        return np.repeat(np.arange(len(self.lengths)), np.diff(self.indptr))
+
+
+@dataclass(frozen=True)
+class _Counts:
+    """What BM25 weights are computed from: the collection's language and each field's term counts."""
+
+    language: Language | None
+    langs: list[Language | None]  # the language each text (and its title) is read in
+    text: _Field
+    title: _Field | None
+
+
+TERM_COUNTS_KEPT = 2
+"""Corpora whose term counts ``fit`` keeps: a study's index keys over one chunking that differ only in
+k1, b or title weight analyze the chunks once (200,000 paragraphs: ~100 MB each)."""
+_TERM_COUNTS: list[tuple[Analyzer, list[str], Sequence[str] | None, _Counts]] = []
+
+
+def _term_counts(analysis: Analyzer, texts: list[str], titles: Sequence[str] | None) -> _Counts:
+    """``_count`` memoized over the last ``TERM_COUNTS_KEPT`` corpora (compared by value: the same chunk
+    objects make that an identity check per text). A known corpus given titles anew counts only those."""
+    for i, (known, known_texts, known_titles, counts) in enumerate(_TERM_COUNTS):
+        if known == analysis and known_texts == texts:
+            if titles is not None and (known_titles is None or list(known_titles) != list(titles)):
+                counts = _Counts(counts.language, counts.langs, counts.text,
+                                 _count_titles(analysis, counts, titles))
+                known_titles = list(titles)  # a copy: the caller's list may change
+            _TERM_COUNTS[i] = (known, known_texts, known_titles, counts)
+            _TERM_COUNTS.insert(0, _TERM_COUNTS.pop(i))
+            return counts if titles is not None else _Counts(counts.language, counts.langs, counts.text, None)
+    # Detected once: past detect_language's memo (65,536 texts) a second pass would cost as much again.
+    detected = None if analysis.name == "plain" else list(map(detect_language, texts))
+    counts = _count(analysis, analysis.collection_language(texts, detected), texts, titles, detected)
+    _TERM_COUNTS.insert(0, (analysis, texts, None if titles is None else list(titles), counts))
+    del _TERM_COUNTS[TERM_COUNTS_KEPT:]
+    return counts
+
+
+def _count(
+    analysis: Analyzer,
+    language: Language | None,
+    texts: list[str],
+    titles: Sequence[str] | None,
+    detected: Sequence[Language] | None = None,
+) -> _Counts:
+    """Term counts of the texts (and titles, each read in its text's language); ``detected``: the texts'
+    ``detect_language`` when known."""
+    if analysis.name == "plain":
+        langs: list[Language | None] = [None] * len(texts)
+    else:
+        found = detected if detected is not None else list(map(detect_language, texts))
+        # _reading's rule: Arabic-script text in the collection's language, the rest as detected.
+        langs = [language if language is not None and d in ("ar", "fa") else d for d in found]
+    counts = _Counts(language, langs, _field(analysis, texts, langs), None)
+    if titles is None:
+        return counts
+    return _Counts(language, langs, counts.text, _count_titles(analysis, counts, titles))
+
+
+def _count_titles(analysis: Analyzer, counts: _Counts, titles: Sequence[str]) -> _Field:
+    if len(titles) != len(counts.langs):
+        raise ValueError(f"{len(titles)} titles for {len(counts.langs)} texts")
+    return _field(analysis, [t or "" for t in titles], counts.langs)
+
+
+def _field(analysis: Analyzer, texts: list[str], langs: list[Language | None]) -> _Field:
+    """Count each text's distinct token ids (crc32 after the script-neutral fold: collisions merge)."""
+    import numpy as np
+
+    ids, offsets = analysis.encode_batch(texts, langs, token_id)
+    lengths = np.diff(offsets)
+    key = np.repeat(np.arange(len(texts), dtype=np.int64), lengths) << 32 | ids
+    uniq, counts = np.unique(key, return_counts=True)
+    rows = uniq >> 32
+    indptr = np.searchsorted(rows, np.arange(len(texts) + 1))
+    return _Field(indptr, uniq & 0xFFFFFFFF, counts.astype(np.float64), lengths)

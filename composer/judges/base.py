@@ -57,7 +57,8 @@ class LLMJudge(ABC):
 
     name: str
     needs_answer: ClassVar[bool] = True
-    """Grades the answer: an empty one or a refusal is left unscored (counted by the report, never 0)."""
+    """Grades the answer: an empty one is left unscored (counted by the report, never 0), a refusal too,
+    except that it scores 0 on an answer-quality metric of an answerable question (``unscorable``)."""
     needs_reference: ClassVar[bool] = False
     """Compares the answer with a reference answer: without one the sample is left unscored."""
 
@@ -83,7 +84,7 @@ class LLMJudge(ABC):
         self, question: Question, answer: str | None, contexts: Sequence[str], reference: Reference = None
     ) -> Verdict:
         refs = references(question, reference)
-        if self.needs_answer and (skip := unscorable(answer)) is not None:
+        if self.needs_answer and (skip := unscorable(answer, self.name, refs)) is not None:
             return Verdict(skip)
         if self.needs_reference and not refs:
             return Verdict(Score(None, "no reference answer"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,10 @@ class CachedReply:
     cost: float | None
 
 
+class DamagedRow(ValueError):
+    """A cached row that no live reply could have produced: dropped, so the call asks again."""
+
+
 def cache_key(
     model: str, api_base: str | None, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]
 ) -> str:
@@ -58,10 +63,23 @@ class LLMCache:
         self._store = SqliteStore(self.path, (_SCHEMA,), busy_timeout_s=60.0)
 
     def get(self, key: str) -> CachedReply | None:
-        rows = self._store.query(
-            "SELECT text, prompt_tokens, completion_tokens, cost FROM replies WHERE key = ?", (key,)
+        """The reply stored under ``key``, None if there is none; a damaged row (empty or non-UTF-8 text,
+        token counts that are not integers, a cost that is not a number) is deleted and raises DamagedRow.
+        """
+        rows = self._store.query(  # the text as bytes: sqlite3 would raise on invalid UTF-8 itself
+            "SELECT CAST(text AS BLOB), prompt_tokens, completion_tokens, cost FROM replies WHERE key = ?",
+            (key,),
         )
-        return CachedReply(rows[0][0], int(rows[0][1]), int(rows[0][2]), rows[0][3]) if rows else None
+        if not rows:
+            return None
+        try:
+            return _checked(*rows[0])
+        except DamagedRow:
+            self.drop(key)
+            raise
+
+    def drop(self, key: str) -> None:
+        self._store.execute("DELETE FROM replies WHERE key = ?", (key,))
 
     def put(self, key: str, model: str, reply: CachedReply) -> None:
         self._store.execute(
@@ -74,3 +92,28 @@ class LLMCache:
 
     def close(self) -> None:
         self._store.close()
+
+
+def _checked(raw: object, prompt_tokens: object, completion_tokens: object, cost: object) -> CachedReply:
+    if not isinstance(raw, bytes):
+        raise DamagedRow("no reply text")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DamagedRow(f"reply text is not valid UTF-8 (byte offset {exc.start})") from None
+    if not text.strip():
+        raise DamagedRow("empty reply text")
+    if cost is not None and (not isinstance(cost, int | float) or not math.isfinite(cost) or cost < 0):
+        raise DamagedRow(f"cost is {cost!r}, not a price")
+    return CachedReply(
+        text,
+        _token_count("prompt_tokens", prompt_tokens),
+        _token_count("completion_tokens", completion_tokens),
+        None if cost is None else float(cost),
+    )
+
+
+def _token_count(name: str, value: object) -> int:
+    if not isinstance(value, int) or value < 0:
+        raise DamagedRow(f"{name} is {value!r}, not a token count")
+    return value

@@ -2,9 +2,14 @@
 
 - bounded concurrency: at most ``max_concurrency`` requests in flight per client and event loop;
 - retries with exponential backoff and jitter on rate limits, 5xx, timeouts, dropped connections and
-  unusable replies, honouring Retry-After (which also pauses the client's other requests: a 429 means the
+  malformed bodies, honouring Retry-After (which also pauses the client's other requests: a 429 means the
   whole client is too fast, not one request);
-- a SQLite cache keyed by (model, endpoint, messages, sampling parameters): reruns cost nothing;
+- an unusable reply (empty, an echo of the prompt, rejected by the caller's validator, longer than
+  max_tokens allow) is asked once more with a repair instruction, never identically;
+- replies read up to a bound derived from max_tokens (``composer.llm.transport``): a server that ignores
+  max_tokens cannot fill the memory;
+- a SQLite cache keyed by (model, endpoint, messages, sampling parameters): reruns cost nothing; a cached
+  row is checked as a live reply is, and a bad one dropped and asked again;
 - tokens, cost and failures by kind, on the client and on every active ``track_usage`` scope.
 A call never raises for a provider failure: it returns a Result with ``error_kind`` set, so one bad
 sample cannot fail a trial.
@@ -13,28 +18,59 @@ sample cannot fail a trial.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from composer.llm.cache import CachedReply, LLMCache, cache_key
+from composer.llm.cache import CachedReply, DamagedRow, LLMCache, cache_key
 from composer.llm.config import LLMConfig
-from composer.llm.faults import RETRYABLE, BadResponse, classify, register_secret, retry_after, scrub
+from composer.llm.faults import (
+    RETRYABLE,
+    BadResponse,
+    ReplyTooLarge,
+    UnusableReply,
+    classify,
+    register_secret,
+    retry_after,
+    scrub,
+    unusable,
+)
+from composer.llm.prompt import PromptLanguage, prompt_language
 from composer.llm.sync import run_sync
 from composer.llm.usage import FailureKind, Usage, active_trackers
 
 Message = Mapping[str, Any]
 Messages = Sequence[Message]
 Validator = Callable[[str], object]
+log = logging.getLogger(__name__)
+# litellm builds a call's coroutine in an executor thread; a call cancelled meanwhile (a run past its
+# failure budget stops paying) leaves that coroutine unstarted, and Python warns when it is collected.
+# Nothing was sent and nothing is lost: the warning is noise on the user's terminal.
+warnings.filterwarnings(
+    "ignore", message=r"coroutine '\w+\.acompletion' was never awaited", category=RuntimeWarning
+)
 
 DEFAULT_CACHE_DIR = Path(".composer") / "cache" / "llm"
 RETRY_AFTER_MAX = 600.0
 """Seconds: a provider's Retry-After is honoured beyond backoff_max, up to this sanity bound."""
+ECHO_MIN_CHARS = 80
+"""A reply holding the whole user message (of at least this many characters) repeats the prompt."""
+REPAIR: dict[PromptLanguage, str] = {
+    "ar": "تعذّر استخدام ردّك السابق ($reason). أجب مرة أخرى بالتنسيق المطلوب تمامًا وبإيجاز، "
+    "ولا تكرّر السؤال أو التعليمات.",
+    "fa": "پاسخ قبلی شما قابل استفاده نبود ($reason). دوباره دقیقاً در قالب خواسته‌شده و کوتاه پاسخ دهید "
+    "و پرسش یا دستورها را تکرار نکنید.",
+    "en": "Your previous reply could not be used ($reason). Answer again, briefly and exactly in the "
+    "format asked for, without repeating the question or the instructions.",
+}
+"""The repair instruction added, as a user message, to a request whose reply was unusable."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +115,7 @@ class LLMClient:
             weakref.WeakKeyDictionary()
         )
         self._cooldown_until = 0.0
+        self._warned_damaged = False
 
     def __repr__(self) -> str:
         cfg = self.config
@@ -92,12 +129,12 @@ class LLMClient:
         """One chat completion. ``params`` override the config's sampling parameters for this call.
 
         ``validate(text)`` may raise ValueError for a reply the caller cannot use (e.g. unparseable JSON):
-        such a reply is retried like a failure and never cached.
+        such a reply is asked once more with a repair instruction, and never cached.
         """
         call_params = {**self.config.call_params(), **params}
         key = cache_key(self.config.model, self.config.api_base, messages, call_params)
         started = time.perf_counter()
-        hit = self._cached(key, validate)
+        hit = self._cached(key, messages, call_params, validate)
         if hit is not None:
             self._record_call(cached=True, failed=None)
             return Result(
@@ -135,16 +172,28 @@ class LLMClient:
 
     # -- internals --
 
-    def _cached(self, key: str, validate: Validator | None) -> CachedReply | None:
+    def _cached(
+        self, key: str, messages: Messages, params: Mapping[str, Any], validate: Validator | None
+    ) -> CachedReply | None:
+        """The cached reply, checked as a live one is; a bad row is dropped and counted (asked again)."""
         if self.cache is None:
             return None
-        hit = self.cache.get(key)
-        if hit is None or validate is None:
-            return hit
         try:
-            validate(hit.text)
-        except ValueError:
-            return None  # a reply cached by a laxer caller: ask again
+            hit = self.cache.get(key)
+            if hit is not None:
+                _check_text(hit.text, messages, params, validate)
+        except (DamagedRow, UnusableReply) as exc:
+            if not isinstance(exc, DamagedRow):
+                self.cache.drop(key)  # e.g. cached by an older version or a laxer caller
+            for u in self._usages():
+                u.record_cache_rejected()
+            if not self._warned_damaged:
+                self._warned_damaged = True
+                log.warning(
+                    "%s: a cached reply is unusable (%s): dropped and asked again; such rows are counted "
+                    "as cache_rejected in error_rates.json", self.cache.path, exc
+                )
+            return None
         return hit
 
     def _semaphore(self) -> asyncio.Semaphore:
@@ -161,27 +210,31 @@ class LLMClient:
         cfg = self.config
         _litellm()  # import (seconds, once) before any timeout starts counting
         attempt = 0
+        request, repairing = messages, False
         while True:
             attempt += 1
             try:
                 async with self._semaphore():
                     await self._wait_cooldown()  # inside: calls queued on the semaphore must wait too
-                    response = await asyncio.wait_for(self._request(messages, params), cfg.timeout + 5.0)
+                    response = await asyncio.wait_for(self._request(request, params), cfg.timeout + 5.0)
                 text, prompt_tokens, completion_tokens = _reply(response)
-                if validate is not None:
-                    try:
-                        validate(text)
-                    except ValueError as exc:
-                        raise BadResponse(f"unusable reply: {exc}") from exc
+                _check_text(text, messages, params, validate)
             except Exception as exc:
                 kind = classify(exc)
                 self._record_failed_attempt(kind)
-                if kind not in RETRYABLE or attempt > cfg.max_retries:
-                    return Result(None, kind, _describe(exc), attempts=attempt)
+                bad = unusable(exc)
+                if kind not in RETRYABLE or attempt > cfg.max_retries or (bad is not None and repairing):
+                    return Result(None, kind, _describe(bad or exc), attempts=attempt)
+                if bad is not None:  # the same request would get the same reply: ask once, differently
+                    request, repairing = [*messages, _repair(messages, bad)], True
+                    continue
                 await asyncio.sleep(self._delay(kind, attempt, exc))
                 continue
             cost = self._cost(response, prompt_tokens, completion_tokens)
             self._record_request(prompt_tokens, completion_tokens, cost)
+            if repairing:
+                for u in self._usages():
+                    u.record_repaired()
             return Result(
                 text,
                 prompt_tokens=prompt_tokens,
@@ -201,10 +254,20 @@ class LLMClient:
             kwargs["api_key"] = (
                 "no-key"  # keyless OpenAI-compatible servers (vLLM, llama.cpp): the SDK wants one
             )
+        from composer.llm.transport import body_limit, reply_limit, sdk_client
+
+        if cfg.model.startswith("openai/"):  # OpenAI-compatible: read through the bounded transport
+            kwargs["client"] = sdk_client(kwargs.get("api_key"), cfg.api_base)
         # Retries are ours (counted, Retry-After aware); litellm's and the OpenAI SDK's are switched off.
-        return await _litellm().acompletion(
-            model=cfg.model, messages=messages, timeout=cfg.timeout, num_retries=0, max_retries=0, **kwargs
-        )
+        with reply_limit(body_limit(params.get("max_tokens"))):
+            return await _litellm().acompletion(
+                model=cfg.model,
+                messages=messages,
+                timeout=cfg.timeout,
+                num_retries=0,
+                max_retries=0,
+                **kwargs,
+            )
 
     def _delay(self, kind: FailureKind, attempt: int, exc: BaseException) -> float:
         """Exponential backoff with jitter; a provider's Retry-After wins and pauses the whole client."""
@@ -250,17 +313,53 @@ class LLMClient:
 
 
 def _reply(response: Any) -> tuple[str, int, int]:
-    """Text and token counts of a litellm ModelResponse; an empty or missing reply is a BadResponse."""
+    """Text and token counts of a litellm ModelResponse; a missing or empty reply is a BadResponse."""
     try:
         text = response.choices[0].message.content
     except (AttributeError, IndexError, TypeError) as exc:
         raise BadResponse("reply without a message") from exc
-    if not isinstance(text, str) or not text.strip():
-        raise BadResponse("empty reply")
+    if not isinstance(text, str):
+        raise UnusableReply("empty reply")
     usage = getattr(response, "usage", None)
     prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
     completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
     return text, prompt_tokens, completion_tokens
+
+
+def _check_text(text: str, messages: Messages, params: Mapping[str, Any], validate: Validator | None) -> None:
+    """Raise UnusableReply for a reply nobody can use: empty, longer than max_tokens allow, the prompt
+    repeated, or rejected by ``validate``. Live and cached replies alike go through here."""
+    from composer.llm.transport import text_limit
+
+    if not text.strip():
+        raise UnusableReply("empty reply")
+    limit = text_limit(params.get("max_tokens"))
+    if len(text) > limit:
+        raise ReplyTooLarge(f"the reply has {len(text)} characters, more than the {limit} max_tokens allow")
+    prompt = _last_user_text(messages)
+    if len(prompt) >= ECHO_MIN_CHARS and prompt in " ".join(text.split()):
+        raise UnusableReply("the reply repeats the prompt")
+    if validate is not None:
+        try:
+            validate(text)
+        except ValueError as exc:
+            raise UnusableReply(f"unusable reply: {exc}") from exc
+
+
+def _last_user_text(messages: Messages) -> str:
+    """The last user message, whitespace folded (empty when it is not plain text)."""
+    for m in reversed(messages):
+        if m.get("role") == "user":
+            content = m.get("content")
+            return " ".join(content.split()) if isinstance(content, str) else ""
+    return ""
+
+
+def _repair(messages: Messages, bad: UnusableReply) -> dict[str, str]:
+    """The user message that asks again for an unusable reply, in the prompt's language."""
+    reason = " ".join(str(bad).split())[:200]
+    template = REPAIR[prompt_language(_last_user_text(messages))]
+    return {"role": "user", "content": template.replace("$reason", reason)}
 
 
 def _describe(exc: BaseException) -> str:

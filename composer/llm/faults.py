@@ -14,7 +14,7 @@ from typing import Any
 from composer.llm.usage import FailureKind
 
 RETRYABLE: frozenset[FailureKind] = frozenset(
-    {"rate_limit", "server_error", "timeout", "connection", "bad_response"}
+    {"rate_limit", "server_error", "timeout", "connection", "bad_response", "oversized"}
 )
 
 _TIMEOUT_NAMES = frozenset(
@@ -32,7 +32,22 @@ _CONNECTION_NAMES = frozenset(
 
 
 class BadResponse(Exception):
-    """A reply that arrived but cannot be used: empty, or rejected by the caller's validator."""
+    """A reply that arrived but cannot be used: a malformed body, or an unusable reply (below)."""
+
+
+class UnusableReply(BadResponse):
+    """The model's own reply is unusable (empty, an echo of the prompt, rejected by the caller's
+    validator): asking the same again at temperature 0 gets the same, so it is asked once with a repair
+    instruction instead."""
+
+
+class ReplyTooLarge(UnusableReply):
+    """The reply is longer than its max_tokens allow (a server that ignores the bound): reading stopped."""
+
+
+def unusable(exc: BaseException) -> UnusableReply | None:
+    """The model's unusable reply behind ``exc`` (litellm and the SDK wrap it), if that is the cause."""
+    return next((e for e in _chain(exc) if isinstance(e, UnusableReply)), None)
 
 
 def classify(exc: BaseException) -> FailureKind:
@@ -42,6 +57,8 @@ def classify(exc: BaseException) -> FailureKind:
     chain, not the outer type, tells a connection problem or a malformed reply from a real server error.
     """
     chain = _chain(exc)
+    if any(isinstance(e, ReplyTooLarge) for e in chain):
+        return "oversized"  # raised while reading: the SDK reports it as a connection error
     names = {cls.__name__ for e in chain for cls in type(e).__mro__}
     if names & _TIMEOUT_NAMES or any(isinstance(e, (TimeoutError, asyncio.TimeoutError)) for e in chain):
         return "timeout"

@@ -10,13 +10,16 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-FailureKind = Literal["rate_limit", "server_error", "timeout", "connection", "bad_response", "other"]
+FailureKind = Literal[
+    "rate_limit", "server_error", "timeout", "connection", "bad_response", "oversized", "other"
+]
 FAILURE_KINDS: tuple[FailureKind, ...] = (
     "rate_limit",
     "server_error",
     "timeout",
     "connection",
     "bad_response",
+    "oversized",
     "other",
 )
 
@@ -27,6 +30,8 @@ class Usage:
 
     Tokens and cost count paid requests only: a cached reply costs nothing, which is the point of the cache.
     ``failed_attempts`` counts every failed request (retried or not), ``failed_calls`` the calls that gave up.
+    ``repaired`` counts calls whose unusable reply was fixed by the one repair request, ``cache_rejected``
+    cached replies that failed the checks a live reply gets, dropped and asked again.
     """
 
     calls: int = 0
@@ -36,6 +41,8 @@ class Usage:
     completion_tokens: int = 0
     cost: float = 0.0
     unpriced: int = 0
+    repaired: int = 0
+    cache_rejected: int = 0
     failed_attempts: Counter[str] = field(default_factory=Counter)
     failed_calls: Counter[str] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -59,6 +66,14 @@ class Usage:
             self.requests += 1
             self.failed_attempts[kind] += 1
 
+    def record_repaired(self) -> None:
+        with self._lock:
+            self.repaired += 1
+
+    def record_cache_rejected(self) -> None:
+        with self._lock:
+            self.cache_rejected += 1
+
     def record_call(self, *, cached: bool, failed: FailureKind | None) -> None:
         with self._lock:
             self.calls += 1
@@ -78,6 +93,8 @@ class Usage:
             "llm_cost_usd": round(self.cost, 8),
             "llm_unpriced_requests": self.unpriced,
             "llm_failed_calls": sum(self.failed_calls.values()),
+            "llm_repaired_calls": self.repaired,
+            "llm_cache_rejected": self.cache_rejected,
         }
 
     def error_rates(self) -> dict[str, Any]:
@@ -98,6 +115,8 @@ class Usage:
             "failed_calls": failed,
             "call_failure_rate": _rate(failed, self.calls),
             "failed_requests": sum(self.failed_attempts.values()),
+            "repaired_calls": self.repaired,
+            "cache_rejected": self.cache_rejected,
             "kinds": kinds,
         }
 

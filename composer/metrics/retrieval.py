@@ -91,9 +91,3 @@ def relevance(
     for row, (ranked, rel) in enumerate(zip(rankings, relevant, strict=True)):
         matrix[row, : len(ranked)] = [key in rel for key in ranked]
     return matrix, np.array([len(rel) for rel in relevant], dtype=np.int64)
-
-
-def score_ranking(name: str, ranked: Sequence[str], relevant: Collection[str], k: int) -> float:
-    """One metric of one ranking: the batch functions on a batch of one."""
-    matrix, counts = relevance([ranked], [relevant])
-    return float(RETRIEVAL_METRICS[name](matrix, counts, k)[0])

@@ -32,14 +32,25 @@ class AnswerScorer(Protocol):
         ...
 
 
-def unscorable(answer: str | None) -> Score | None:
-    """The unscored Score of an empty answer or a refusal, None for an answer to grade.
+ANSWER_QUALITY_METRICS: frozenset[str] = frozenset(
+    {"token_f1", "exact_match", "answer_correctness", "llm_judge_rating", "answer_relevancy"}
+)
+"""Metrics of how well an answer answers its question: a refusal of an answerable question scores 0 on
+them. Left out instead, refusing every hard question would raise their means (refusing would win)."""
 
-    The report counts those instead of grading them 0: a refusal is no hallucination.
+
+def unscorable(answer: str | None, metric: str = "", golds: Sequence[str] = ()) -> Score | None:
+    """The Score of an answer that is not graded, None for an answer to grade.
+
+    An empty answer is unscored (the report counts it). A refusal is unscored too, a refusal being no
+    hallucination, except on an answer-quality ``metric`` when the question is answerable (it has gold
+    answers, ``golds``): then it failed to answer and scores 0. The report counts refusals either way.
     """
     if answer is None or not answer.strip():
         return Score(None, "empty answer")
     if is_refusal(answer):
+        if metric in ANSWER_QUALITY_METRICS and golds:
+            return Score(0.0, "refusal of an answerable question")
         return Score(None, "refusal")
     return None
 
@@ -60,10 +71,10 @@ class _GoldScorer(ABC):
     def score(
         self, question: Question, answer: str | None, contexts: Sequence[str], reference: Reference
     ) -> Score:
-        if (skip := unscorable(answer)) is not None:
+        golds = references(question, reference)
+        if (skip := unscorable(answer, self.name, golds)) is not None:
             return skip
         text = answer or ""  # not empty: unscorable said so
-        golds = references(question, reference)
         if not golds:
             return Score(None, "no reference answer")
         return self._grade(text, golds, shared_language(text, *golds))

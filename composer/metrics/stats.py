@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -72,3 +72,54 @@ def paired_bootstrap_ci(
     if first.shape != second.shape:
         raise ValueError(f"paired values need equal lengths, got {first.size} and {second.size}")
     return bootstrap_ci(first - second, confidence=confidence, resamples=resamples, seed=seed)
+
+
+Columns = Mapping[str, Values]
+"""Per-question values of several metrics (one row per question, NaN where a question was not scored)."""
+Statistic = Callable[[Mapping[str, npt.NDArray[np.float64]]], npt.NDArray[np.float64]]
+"""Metric means (one array per metric, one value per resample) -> one value per resample."""
+
+
+def scored_means(
+    columns: Columns, *, resamples: int = 1000, seed: int = 0
+) -> dict[str, npt.NDArray[np.float64]]:
+    """Each metric's mean over the scored (non-NaN) questions of each bootstrap resample of the rows;
+    NaN for a resample that drew none of them. Every column is resampled with the same questions."""
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1, got {resamples}")
+    arrays = {name: np.asarray(values, dtype=np.float64) for name, values in columns.items()}
+    n = {a.size for a in arrays.values()}
+    if len(n) != 1 or 0 in n or any(a.ndim != 1 for a in arrays.values()):
+        raise ValueError(f"need non-empty 1-D columns of one length, got lengths {sorted(n)}")
+    counts = _resample_counts(n.pop(), resamples, seed)
+    out: dict[str, npt.NDArray[np.float64]] = {}
+    for name, values in arrays.items():
+        scored = ~np.isnan(values)
+        drawn = counts @ scored.astype(np.float64)
+        totals = counts @ np.where(scored, values, 0.0)
+        out[name] = np.divide(totals, drawn, out=np.full(resamples, np.nan), where=drawn > 0)
+    return out
+
+
+def paired_statistic_ci(
+    a: Columns,
+    b: Columns,
+    statistic: Statistic,
+    *,
+    confidence: float = 0.95,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile CI of ``statistic(means of a) - statistic(means of b)``, ``a`` and ``b`` being the same
+    questions (rows) scored by two systems: each resample draws the same questions for both, and the
+    statistic reads each metric's mean over the drawn questions that scored it, exactly as it reads the
+    full set's means. So the interval is around the difference of the two systems' own scores."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    paired = {**{f"a:{k}": v for k, v in a.items()}, **{f"b:{k}": v for k, v in b.items()}}
+    means = scored_means(paired, resamples=resamples, seed=seed)
+    first = statistic({k: means[f"a:{k}"] for k in a})
+    second = statistic({k: means[f"b:{k}"] for k in b})
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(first - second, [tail, 100 - tail])
+    return float(low), float(high)

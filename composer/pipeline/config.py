@@ -41,6 +41,11 @@ class ChunkingConfig(_Strict):
         description="Sentence windows (sentence chunks only): the index holds each small chunk, a hit "
         "returns it with this many neighbouring chunks of its document on each side.",
     )
+    respect: Literal["none", "page", "section"] = Field(
+        default="none",
+        description="Boundaries no chunk crosses: PDF pages and slides (page) or headings (section), as "
+        "read from document folders; documents without them are chunked as a whole.",
+    )
 
     # Cross-field checks are field validators on the later field, so errors name that key.
     @field_validator("overlap")
@@ -61,6 +66,7 @@ class ChunkingConfig(_Strict):
 
 
 Precision = Literal["float32", "bfloat16"]
+Device = Literal["cpu", "cuda", "auto"]
 _TORCH_PROVIDERS = ("sentence-transformers", "minilm")
 """The providers whose model Composer runs itself with torch, and so whose precision it chooses."""
 
@@ -86,6 +92,11 @@ class EmbeddingConfig(_Strict):
         "minilm). bfloat16 is ~3x faster on CPUs with AMX or AVX512-BF16 at cosine 0.9999 to float32, and "
         "several times slower on CPUs without them (benchmarks/README.md).",
     )
+    device: Device = Field(
+        default="cpu",
+        description="Where a local sentence-transformers model (sentence-transformers, minilm) encodes: cpu, "
+        "cuda, or auto (cuda when torch sees a GPU, else cpu). Not part of the index key.",
+    )
 
     @field_validator("model")
     @classmethod
@@ -105,6 +116,17 @@ class EmbeddingConfig(_Strict):
                 f"or minilm); provider '{provider}' has no precision to choose"
             )
         return precision
+
+    @field_validator("device")
+    @classmethod
+    def _device_needs_local_model(cls, device: Device, info: ValidationInfo) -> Device:
+        provider = info.data.get("provider")
+        if device != "cpu" and provider not in _TORCH_PROVIDERS:
+            raise ValueError(
+                f"device '{device}' needs a model Composer runs itself (provider sentence-transformers or "
+                f"minilm); provider '{provider}' has no device to choose"
+            )
+        return device
 
 
 class RetrievalConfig(_Strict):
@@ -247,13 +269,15 @@ class PipelineConfig(_Strict):
         generation) is query time and free to vary over one index."""
         from composer.index.bm25 import SCHEME  # a new token scheme must never reuse an old collection
 
+        # Without boundaries the key is the one it was before ``respect`` existed: indexes stay reused.
+        unset = {"respect"} if self.chunking.respect == "none" else None
         settings: dict[str, Any] = {
             "layout": INDEX_LAYOUT,
-            "chunking": self.chunking.model_dump(),
+            "chunking": self.chunking.model_dump(exclude=unset),
             "bm25": {"scheme": SCHEME, **self.retrieval.model_dump(include=set(BM25_SETTINGS))},
         }
         if self.needs_dense_index:
-            query_time = {"batch_size", "query_prefix", "api_base"}
+            query_time = {"batch_size", "query_prefix", "api_base", "device"}
             settings["embedding"] = self.embedding.model_dump(exclude=query_time)
         return settings
 

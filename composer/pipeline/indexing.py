@@ -38,6 +38,7 @@ from composer.data.ranking import ChunkTable
 from composer.embedding import CachedEmbedder
 from composer.index import Bm25Encoder, SparseVector, VectorIndex
 from composer.index.base import Found, IndexBuildLost, IndexDamaged, point_id
+from composer.index.bm25 import SparseRows
 from composer.text.analyzers import Analyzer
 
 logger = logging.getLogger(__name__)
@@ -56,18 +57,16 @@ Report = Callable[[str, int, int], None]
 class ExactScores:
     """The collection's vectors in memory: BM25 weights times IDF (sparse rows) and unit dense rows."""
 
-    def __init__(self, sparse: list[SparseVector], dense: np.ndarray | None) -> None:
+    def __init__(self, sparse: SparseRows, dense: np.ndarray | None) -> None:
         from scipy.sparse import csr_matrix
 
-        terms = sorted({t for v in sparse for t in v.indices})
-        self.column = {t: j for j, t in enumerate(terms)}
-        rows = np.repeat(np.arange(len(sparse)), [len(v.indices) for v in sparse])
-        cols = np.array([self.column[t] for v in sparse for t in v.indices], dtype=np.int64)
-        weights = np.array([w for v in sparse for w in v.values], dtype=np.float64)
+        terms, cols = np.unique(sparse.indices, return_inverse=True)
+        self.column = dict(zip(terms.tolist(), range(len(terms)), strict=True))
         counts = np.bincount(cols, minlength=len(terms))  # documents holding each term
         idf = np.log1p((len(sparse) - counts + 0.5) / (counts + 0.5))
-        self.bm25 = csr_matrix((weights * idf[cols], (rows, cols)), shape=(len(sparse), len(terms)))
-        self.dense = None if dense is None else _unit(np.asarray(dense, dtype=np.float64)).astype(np.float32)
+        self.bm25 = csr_matrix((sparse.values * idf[cols], cols, sparse.indptr),
+                               shape=(len(sparse), len(terms)))
+        self.dense = None if dense is None else _unit_rows(dense)
 
     def rescore_bm25(self, query: SparseVector, items: list[int]) -> np.ndarray:
         """BM25 of ``items`` (table positions) for one query, as Qdrant computes it but in float64."""
@@ -83,6 +82,15 @@ class ExactScores:
         if self.dense is None:
             raise ValueError("this index has no dense vectors")
         return self.dense[items].astype(np.float64) @ _unit(np.asarray(query, dtype=np.float64))
+
+
+def _unit_rows(dense: np.ndarray) -> np.ndarray:
+    """Unit rows in float32, normalized in float64 a block at a time: a float64 copy of a large corpus's
+    vectors would double the memory they take."""
+    out = np.empty(dense.shape, np.float32)
+    for lo in range(0, len(dense), INDEX_BLOCK):
+        out[lo:lo + INDEX_BLOCK] = _unit(np.asarray(dense[lo:lo + INDEX_BLOCK], dtype=np.float64))
+    return out
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -242,7 +250,7 @@ def _fill(
     key: str,
     chunks: list[Chunk],
     dense: np.ndarray | None,
-    sparse: list[SparseVector],
+    sparse: SparseRows,
     meta: dict[str, Any],
     report: Report | None,
 ) -> None:

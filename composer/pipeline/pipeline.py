@@ -8,14 +8,18 @@ the very code that scored the trial.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from composer.chunking.chunk import Chunk
 from composer.data.ranking import Ranking
 from composer.data.types import Corpus, Hit, Question, Run
 from composer.embedding import CachedEmbedder
@@ -29,6 +33,9 @@ from composer.retrieval import Reranker, make_reranker
 from composer.retrieval.candidates import Search
 from composer.retrieval.expansion import Expansion, QueryExpander
 from composer.retrieval.retriever import Branches, Latency, Retriever
+
+if TYPE_CHECKING:
+    from composer.evaluation.report import StageError
 
 DEFAULT_WORKDIR = Path(".composer")
 
@@ -79,6 +86,7 @@ class Pipeline:
         self._generator: Generator | None = None
         self._handle: IndexHandle | None = None
         self._retriever: Retriever | None = None
+        self._chunks: Sequence[Chunk] = ()
         self.searched = 0.0
         """Seconds this pipeline's rankings spent in index searches (a memoized search costs none)."""
 
@@ -163,6 +171,7 @@ class Pipeline:
             )
             self.workspace.indexes[key] = handle
         self._handle = handle
+        self._chunks = chunks
         self._retriever = None
         after = self.cache_stats
         return IndexInfo(
@@ -196,9 +205,50 @@ class Pipeline:
         """Top ``retrieval.k`` hits per question, after reranking. ``questions`` may be any iterable."""
         return self.rank(questions)[0].to_run()
 
-    def search(self, query: str) -> list[Hit]:
-        """Ranked chunks for one query string."""
-        return self.retrieve([Question(id="query", question=query)])["query"]
+    def search(self, query: str, k: int | None = None) -> list[Hit]:
+        """Ranked chunks for one query string: the config's ``retrieval.k`` of them, or ``k``."""
+        return self._at(k).retrieve([Question(id="query", question=query)])["query"]
+
+    async def asearch(self, query: str, k: int | None = None) -> list[Hit]:
+        """``search`` without blocking the caller's event loop."""
+        return await asyncio.to_thread(self.search, query, k)
+
+    def ask(self, question: str) -> Answer:
+        """Retrieve, then answer ``question`` from its top ``generation.max_contexts`` chunks: the answer's
+        ``text`` (None if generation failed; ``result`` says why), ``contexts``, ``hits`` (to cite),
+        ``language`` and ``refusal``."""
+        q = Question(id="question", question=question)
+        ranking, _ = self.rank([q])
+        answer = self.answer([q], ranking)[q.id]
+        hits = tuple(ranking.hits(0))
+        citations = tuple(dict.fromkeys(self.citation(h.id) for h in hits[: len(answer.contexts) or None]))
+        return dataclasses.replace(answer, hits=hits, citations=citations)
+
+    def citation(self, chunk_id: str) -> str:
+        """How to cite an indexed chunk: ``guide.pdf, page 3`` where pages are known, else its document."""
+        chunk = self._chunk_by_id.get(chunk_id)
+        return chunk.citation if chunk is not None else chunk_id
+
+    @cached_property
+    def _chunk_by_id(self) -> dict[str, Chunk]:
+        return {c.id: c for c in self._chunks}
+
+    async def aask(self, question: str) -> Answer:
+        """``ask`` without blocking the caller's event loop."""
+        return await asyncio.to_thread(self.ask, question)
+
+    def _at(self, k: int | None) -> Pipeline:
+        """This pipeline, or (for another ``k``) a twin sharing its index and every cache."""
+        if k is None or k == self.config.retrieval.k:
+            return self
+        if k < 1:
+            raise ComposerError(f"k must be at least 1, got {k}")
+        retrieval = self.config.retrieval.model_copy(update={"k": k})
+        twin = Pipeline(self.config.model_copy(update={"retrieval": retrieval}), workspace=self.workspace,
+                        progress=self.progress, llm=self.llm)
+        twin._handle, twin._embedder = self.handle, self._embedder
+        twin._reranker, twin._generator = self._reranker, self._generator
+        return twin
 
     @property
     def retriever(self) -> Retriever:
@@ -278,6 +328,33 @@ class Pipeline:
         return QueryExpander(self._helper_llm(), qe.method, qe.n, memo=self.workspace.expansions)
 
     # -- answers ---------------------------------------------------------------------------------
+
+    can_answer = True
+    """Always: by the configured LLM, else by the offline extractive answerer."""
+
+    @property
+    def failed(self) -> Mapping[str, StageError]:
+        """Never a failed retrieval: an index search that fails is an error of the run, not a sample."""
+        return {}
+
+    @property
+    def generator_model(self) -> str | None:
+        return self.config.generation.model
+
+    @property
+    def answerer(self) -> str:
+        model = self.config.generation.model
+        return f"llm:{model}" if model else "extractive"
+
+    def batched(self, answering: bool) -> bool:
+        """Whether ranking or answering calls an LLM (expansion, LLM reranking, generation): scored batch
+        by batch then, so a pruner can stop a poor trial before it pays for the rest."""
+        cfg = self.config
+        return (
+            cfg.query_expansion.method != "none"
+            or cfg.rerank.method == "llm"
+            or (answering and cfg.generation.model is not None)
+        )
 
     @property
     def generator_llm(self) -> LLMConfig | None:

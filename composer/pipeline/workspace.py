@@ -10,10 +10,8 @@ What outlives the process sits on disk (embeddings, reranker scores, LLM replies
 
 from __future__ import annotations
 
-import json
 from collections.abc import Hashable
 from pathlib import Path
-from typing import Any
 
 from composer.chunking import Chunk, chunk_corpus
 from composer.data.types import Corpus
@@ -95,8 +93,3 @@ class Workspace:
     def client(self, config: LLMConfig) -> LLMClient:
         """The shared client for ``config``, caching replies under ``<workdir>/cache/llm``."""
         return shared_client(config, self.workdir / "cache" / "llm")
-
-
-def memo_key(*parts: Any) -> str:
-    """A hashable, order-stable key of settings (dicts, lists, pydantic dumps) and texts."""
-    return json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str)

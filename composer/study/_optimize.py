@@ -18,7 +18,9 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from composer.errors import ComposerError, StudyStopped
+from composer.files import NoSpaceError, disk_full_error
 from composer.redact import scrub_url
+from composer.study import _optuna
 from composer.study._workers import (
     MAX_RETRIES,
     fail_trials_of_gone_workers,
@@ -32,7 +34,7 @@ from composer.study.record import TrialRecord, failure_of
 if TYPE_CHECKING:
     import optuna
 
-    from composer.study.writer import StudyTracker
+    from composer.tracking.writer import StudyTracker
 
 logger = logging.getLogger(__name__)
 
@@ -195,16 +197,17 @@ class StudyObjective:
         self.tracker = tracker
         self.worker = worker
         self.trial_id: int | None = None
+        self.full_disk: NoSpaceError | None = None
 
     def __call__(self, trial: optuna.Trial) -> Any:
         import optuna
 
-        self.trial_id = trial._trial_id
+        self.trial_id = _optuna.trial_id(trial)
         reason = None
         if self.target is not None and target_reached(trial.study, self.target, before=trial.number):
             trial.study.stop()
             reason = f"surplus: the study's {self.target} trials were already taken by other workers"
-        elif (twin := twin_retry(trial.study, trial.number, _system_attrs(trial))) is not None:
+        elif (twin := twin_retry(trial.study, trial.number, _optuna.system_attrs(trial))) is not None:
             reason = f"surplus: trial #{twin} already runs this retry"
         if reason is not None:
             TrialRecord({}, "", self.worker, error=reason, failure="surplus").save(trial)
@@ -216,17 +219,15 @@ class StudyObjective:
         except optuna.TrialPruned:
             raise
         except Exception as exc:
+            if (full := disk_full_error(exc)) is not None:  # no trial can run: stop, naming the file
+                self.full_disk = full
+                trial.study.stop()
             record = TrialRecord.of(trial)
             if record is None or record.failure is None:
                 error = scrub_url(f"{type(exc).__name__}: {exc}")[:4000]
                 base = record or TrialRecord(dict(trial.params), "", self.worker)
                 base.updated(error=error, failure="error").save(trial)
             raise
-
-
-def _system_attrs(trial: optuna.Trial) -> dict[str, Any]:
-    # A running Trial exposes no system attributes; its storage does (Optuna's callbacks read it so).
-    return dict(trial.study._storage.get_trial_system_attrs(trial._trial_id))
 
 
 LOST = f"the process running this trial died; its configuration runs again (up to {MAX_RETRIES} times)"
@@ -251,9 +252,11 @@ def optimize(
             return
         try:
             study.optimize(objective, timeout=left, catch=(Exception,), callbacks=[callback])
+            if objective.full_disk is not None:
+                raise objective.full_disk
             return
         except (ValueError, AssertionError):
-            lost = None if objective.trial_id is None else study._storage.get_trial(objective.trial_id)
+            lost = None if objective.trial_id is None else _optuna.get_trial(study, objective.trial_id)
             if lost is None or failure_of(lost) != "lost":
                 raise
             logger.warning("trial #%d was failed by another process that took this one for dead; its "

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from composer.errors import ComposerError
 from composer.redact import scrub_url
 from composer.study.leaderboard import ranked_trials
 from composer.study.record import TrialRecord
@@ -31,8 +31,6 @@ def held_out(
     The trials are done by then: a re-score that fails (over the LLM failure budget, say) is reported as
     ``"error"`` (with the winner's result if only the runner-up failed) instead of failing the study.
     """
-    from composer.metrics.stats import paired_bootstrap_ci
-    from composer.study.runner import config_hash
 
     ranked = ranked_trials(study)
     if not ranked:
@@ -47,12 +45,7 @@ def held_out(
         record = TrialRecord.of(t)
         assert record is not None
         try:
-            # Rebuilt from the trial's parameters: the stored config has its credentials masked.
-            config = data.space.build(t.params)
-            if config_hash(config) != record.config_hash:
-                raise ComposerError("the search space or the llm: block changed since the trial ran")
-            pipeline = data.pipeline(config)
-            pipeline.index(data.corpus)
+            pipeline = data.rebuild(t.params, record.config_hash)
             scored = data.score(pipeline, questions, batch_size=len(questions))
         except Exception as exc:
             out["error"] = f"re-scoring trial #{t.number} failed: {type(exc).__name__}: {exc}"[:4000]
@@ -70,23 +63,37 @@ def held_out(
             "held_out_composite": objective.composite(scored.report.means()),
         }
     if len(scores) == 2:
-        pairs = [
-            (objective.per_question(a.metrics), objective.per_question(b.metrics))
-            for a, b in zip(scores[0].report.samples, scores[1].report.samples, strict=True)
-        ]
-        kept = [(a, b) for a, b in pairs if a is not None and b is not None]
-        if kept:
-            a_vals, b_vals = [a for a, _ in kept], [b for _, b in kept]
-            low, high = paired_bootstrap_ci(a_vals, b_vals)
-            diff = sum(a_vals) / len(a_vals) - sum(b_vals) / len(b_vals)
-            out["difference"] = {
-                "mean": diff,
-                "ci95": [low, high],
-                "n_paired": len(kept),
-                "winner_really_better": low > 0,
-                "runner_up_really_better": high < 0,
-            }
+        # The difference of the two held-out composites above, and a CI of that same statistic.
+        diff, (low, high) = objective.difference(
+            scores[0].report.table.metrics, scores[1].report.table.metrics
+        )
+        out["difference"] = {
+            "mean": diff,
+            "ci95": [low, high],
+            "n_paired": len(scores[0].report),
+            "winner_really_better": low > 0,
+            "runner_up_really_better": high < 0,
+        }
     return out
+
+
+def selection_separation(study: optuna.Study, data: StudyData) -> dict[str, Any] | None:
+    """Whether the selection questions separate the winner from the runner-up: the CI of the paired
+    difference of their composites, re-scored on the selection set (from the caches) as ``held_out`` does
+    on the held-out one. A CI that spans 0 means the set is too small to tell the top trials apart."""
+    import io
+
+    from rich.console import Console
+
+    if len(ranked_trials(study)) < 2:
+        return None
+    rescored = held_out(study, data.questions, data, Console(file=io.StringIO()))
+    if rescored is None or "difference" not in rescored:
+        return None
+    d = rescored["difference"]
+    return {"n_questions": len(data.questions), "winner": rescored["winner"]["trial"],
+            "runner_up": rescored["runner_up"]["trial"], "difference": d["mean"], "ci95": d["ci95"],
+            "separated": d["winner_really_better"] or d["runner_up_really_better"]}
 
 
 def encode_summary(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
@@ -182,10 +189,18 @@ def summary(
     return out, metrics
 
 
-def plots(study: optuna.Study, exp: ExperimentConfig) -> dict[str, str]:
-    """Optuna's history, importance and parallel-coordinate plots as self-contained (offline) HTML."""
-    from optuna import visualization as vis
+def plots(study: optuna.Study, exp: ExperimentConfig) -> dict[str, bytes]:
+    """The study's optimization history and parameter importances (and Pareto front) as PNG: small, and
+    shown inline by MLflow's artifact view and the HTML report (Plotly's HTML is 4.6 MB a chart)."""
+    import io
+
+    import matplotlib
+
+    if "matplotlib.pyplot" not in sys.modules:
+        matplotlib.use("Agg")  # no window, no display needed; a host application's backend is kept
+    import matplotlib.pyplot as plt
     from optuna.trial import FrozenTrial, TrialState
+    from optuna.visualization import matplotlib as vis
 
     if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         return {}  # nothing to draw: Optuna would only print a warning per plot
@@ -197,17 +212,23 @@ def plots(study: optuna.Study, exp: ExperimentConfig) -> dict[str, str]:
     makers: dict[str, Any] = {
         "optimization_history": lambda: vis.plot_optimization_history(study, **kw),
         "param_importances": lambda: _importances(study, kw),
-        "parallel_coordinate": lambda: vis.plot_parallel_coordinate(study, **kw),
     }
     if exp.multi_objective:
         names = ["composite", *exp.objective.secondary]
         makers["pareto_front"] = lambda: vis.plot_pareto_front(study, target_names=names)
-    out: dict[str, str] = {}
+    out: dict[str, bytes] = {}
     for name, make in makers.items():
         try:
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # Optuna's notes on tiny studies
-                out[name] = make().to_html(include_plotlyjs=True, full_html=True)
+                warnings.simplefilter("ignore")  # Optuna's notes on tiny studies, its experimental warnings
+                axes = make()
+            figure = axes.figure if hasattr(axes, "figure") else axes.flat[0].figure
+            figure.set_size_inches(9, 5)
+            figure.tight_layout()
+            buffer = io.BytesIO()
+            figure.savefig(buffer, format="png", dpi=100)
+            plt.close(figure)
+            out[name] = buffer.getvalue()
         except Exception as exc:  # a plot Optuna cannot draw yet (e.g. importances of 1 trial) is skipped
             logger.warning("plot %s skipped: %s", name, exc)
     return out
@@ -217,7 +238,7 @@ def _importances(study: optuna.Study, kw: dict[str, Any]) -> Any:
     """fANOVA reads variance whatever the direction (Optuna's default, PED-ANOVA, assumes a custom target
     is minimized: it would invert the composite's importances); it needs some variance among trials."""
     import optuna
-    from optuna import visualization as vis
+    from optuna.visualization import matplotlib as vis
 
     fanova = optuna.importance.FanovaImportanceEvaluator(seed=0)
     try:

@@ -28,6 +28,7 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from composer.errors import ConfigError
+from composer.study import _optuna
 from composer.study._workers import retried_numbers, tag_trial, worker_id
 from composer.study.experiment import ExperimentConfig, PrunerConfig
 from composer.study.record import GRID_ID, TrialRecord, failure_of
@@ -79,7 +80,7 @@ def place_in_study(study: Study, number: int) -> int:
     as the run that was never interrupted did, so it proposes the same configurations. A trial cut off
     too often to be run again keeps its place, so its configuration (one that kills its process, say) is
     not proposed anew."""
-    trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
+    trials = _optuna.all_trials(study)
     retried = retried_numbers(trials)
 
     def takes_place(t: FrozenTrial) -> bool:
@@ -175,7 +176,7 @@ class ConditionalGridSampler(BaseSampler):
                 study.stop()
                 grid_id = self.order[-1] if self.order else None
         if grid_id is not None:
-            study._storage.set_trial_system_attr(trial._trial_id, GRID_ID, grid_id)
+            _optuna.set_system_attr(study, trial, GRID_ID, grid_id)
 
     def after_trial(
         self, study: Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
@@ -206,7 +207,7 @@ class ConditionalGridSampler(BaseSampler):
         """Points finished, running or queued, and failed points no run should try again: an invalid
         combination, a trial cut off too often to be run again, and one whose pipeline failed in this
         process (a later run, the cause fixed, tries it again: the stop rules end a run that fails on)."""
-        trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
+        trials = _optuna.all_trials(study)
         retried = retried_numbers(trials)
         me = worker_id()
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import random
+import sqlite3
 import time
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from composer.errors import ConfigError, InputError
 from composer.redact import scrub_url
@@ -29,20 +32,25 @@ SCHEMA_ATTEMPTS = 6
 T = TypeVar("T")
 
 
-def make_storage(url: str, heartbeat_interval: int | None = None) -> optuna.storages.RDBStorage:
+def make_storage(
+    url: str, heartbeat_interval: int | None = None, *, read_only: bool = False
+) -> optuna.storages.RDBStorage:
     """Optuna's RDB storage; with a heartbeat, trials of dead processes are failed and retried.
 
     A URL that cannot be opened (malformed, no driver for it, a server that is down or refuses us) is
-    an InputError naming it, its password masked.
+    an InputError naming it, its password masked; so is a SQLite file that is another program's
+    database (an MLflow store), which is only read, never given Optuna's tables, and a schema Optuna
+    cannot use. ``read_only`` opens a SQLite file without writing to it or beside it.
     """
     from optuna.exceptions import ExperimentalWarning
     from optuna.storages import RDBStorage
     from sqlalchemy import exc
 
-    from composer.store import sqlite_file, sqlite_problem, use_wal
+    from composer.store import connect_read_only, sqlite_file, sqlite_problem, use_wal
     from composer.study._workers import retry_lost_trial
 
     file = sqlite_file(url)
+    options: dict[str, Any] = {}
     if file is not None:
         problem = sqlite_problem(file)
         if problem is not None:  # Optuna would start afresh on an empty file, and crash on a damaged one
@@ -52,11 +60,15 @@ def make_storage(url: str, heartbeat_interval: int | None = None) -> optuna.stor
                 "trials stay where they are)",
                 field="storage",
             )
-        file.parent.mkdir(parents=True, exist_ok=True)
-        use_wal(file)
+        _refuse_foreign(file)
+        if read_only:
+            options["engine_kwargs"] = {"creator": lambda: connect_read_only(file)}
+        else:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            use_wal(file)
     try:
         if heartbeat_interval is None:
-            return _despite_schema_race(lambda: RDBStorage(url))
+            return _despite_schema_race(lambda: RDBStorage(url, **options))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ExperimentalWarning)
             return _despite_schema_race(
@@ -67,6 +79,10 @@ def make_storage(url: str, heartbeat_interval: int | None = None) -> optuna.stor
                     heartbeat_stale_trial_callback=retry_lost_trial,
                 )
             )
+    except RuntimeError as err:  # Optuna's schema check: a storage of an older or a newer Optuna
+        if "table schema" not in str(err):
+            raise
+        raise InputError(_schema_mismatch(url), field="storage") from None
     except (exc.ArgumentError, exc.OperationalError, ImportError) as err:
         if isinstance(err, exc.OperationalError):
             reason = str(err.orig)
@@ -78,6 +94,66 @@ def make_storage(url: str, heartbeat_interval: int | None = None) -> optuna.stor
         raise InputError(
             f"cannot open the Optuna storage {scrub_url(url)}: {reason}", field="storage"
         ) from None
+
+
+def _refuse_foreign(file: Path) -> None:
+    """A SQLite file with tables but none of Optuna's is another program's database (``--storage`` given
+    the MLflow store, say): read, never written."""
+    from composer.store import connect_read_only
+
+    if not file.exists() or file.stat().st_size == 0:
+        return
+    try:
+        conn = connect_read_only(file)
+        try:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return  # busy or unopenable here: opening it says why
+    if not tables or {"studies", "version_info"} & tables:
+        return
+    kind = "an MLflow store" if {"experiments", "runs"} <= tables else "another program's database"
+    raise InputError(
+        f"{file} is {kind}, not an Optuna storage: give --storage (or storage:) an Optuna storage, or a "
+        "new file",
+        field="storage",
+    )
+
+
+def _schema_mismatch(url: str) -> str:
+    """Why Optuna refused the storage's schema, in words: its own message says "no longer compatible"
+    and "set up by" this very version when the storage comes from a newer Optuna."""
+    import optuna
+    import sqlalchemy as sa
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+    from sqlalchemy.pool import NullPool
+
+    shown = scrub_url(url)
+    engine = sa.create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            revision = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+            version = conn.execute(sa.text("SELECT library_version FROM version_info")).scalar()
+    except sa.exc.DBAPIError:
+        revision = version = None
+    finally:
+        engine.dispose()
+    config = Config()
+    config.set_main_option("script_location", str(Path(optuna.storages.__file__).parent / "_rdb" / "alembic"))
+    try:
+        ScriptDirectory.from_config(config).get_revision(str(revision))
+        known = revision is not None
+    except CommandError:
+        known = False
+    if not known:
+        return (f"the Optuna storage {shown} was written by a newer Optuna (schema {revision}, optuna "
+                f"{version}) than this one ({optuna.__version__}): upgrade Optuna (pip install -U optuna) "
+                "or give another --storage")
+    return (f"the Optuna storage {shown} has an older schema ({revision}) than optuna {optuna.__version__} "
+            f"uses: back it up, then run `optuna storage upgrade --storage {shown}`")
 
 
 def _despite_schema_race(open_storage: Callable[[], T]) -> T:
@@ -131,6 +207,9 @@ def open_study(exp: ExperimentConfig, space: SearchSpace, *, name: str | None = 
             f"({[d.name.lower() for d in study.directions]}); choose another --study-name",
             field="objective",
         )
+    from composer.study._compat import check_unchanged
+
+    check_unchanged(study, storage, exp.objective, space)  # another objective or space: refused, exit 2
     return study
 
 
@@ -145,7 +224,9 @@ def load_study(name: str, storage_url: str) -> optuna.Study:
     file = sqlite_file(storage_url)
     if file is not None and not file.exists():
         raise InputError(f"no study storage at {shown} (give --experiment or --storage)")
-    storage = make_storage(storage_url)
+    # Reading needs no write access: a work dir on a read-only mount, or another user's, is opened so.
+    read_only = file is not None and not (os.access(file, os.W_OK) and os.access(file.parent, os.W_OK))
+    storage = make_storage(storage_url, read_only=read_only)
     try:
         return optuna.load_study(study_name=name, storage=storage)
     except KeyError:

@@ -19,6 +19,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from composer.study import _optuna
+
 if TYPE_CHECKING:
     import optuna
 
@@ -77,7 +79,7 @@ def tag_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
     """Record ``worker`` on a trial that has just been created (from the sampler's ``before_trial``,
     before any sampling): a process killed at any later moment leaves its trial attributable."""
     # Optuna's public Trial API is not available yet at this point; its own callbacks use the storage.
-    study._storage.set_trial_system_attr(trial._trial_id, WORKER_ATTR, worker_id())
+    _optuna.set_system_attr(study, trial, WORKER_ATTR, worker_id())
 
 
 MAX_RETRIES = 3
@@ -143,11 +145,11 @@ def fail_trials_of_gone_workers(
         ):
             continue
         try:
-            if study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
-                failed.append(trial._trial_id)
+            if _optuna.set_state(study, _optuna.trial_id(trial), TrialState.FAIL):
+                failed.append(_optuna.trial_id(trial))
         except UpdateFinishedTrialError:
             continue
-    return [study._storage.get_trial(trial_id) for trial_id in failed]
+    return [_optuna.get_trial(study, trial_id) for trial_id in failed]
 
 
 def recover_lost_trials(study: optuna.Study, *, untagged_after_s: float | None = None) -> None:

@@ -1,12 +1,14 @@
 """Experiment files (``experiments/*.yaml``): what to optimize, on which data, and where results live.
 
 Paths inside the file (corpus, questions, search space, workdir) are relative to the file, so an
-experiment runs the same from any directory. The default workdir is ``./.composer``, the one every other
-``composer`` command uses, so a study shares their embedding cache and indexes.
+experiment runs the same from any directory; so is the default workdir, ``.composer`` beside the file (the
+shipped experiments name ``../.composer``, the repository's, which the other ``composer`` commands use from
+its root, so a study shares their embedding cache and indexes).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -128,7 +130,16 @@ SYNTH_SPLIT = {"held_out": 0.3, "seed": 0}
 
 class ExperimentConfig(_Strict):
     name: str = Field(min_length=1, pattern=r"^[\w.\-]+$")
-    corpus: Path
+    corpus: Path | None = Field(
+        default=None, description="The corpus; optional with system: (the system searches its own)."
+    )
+    system: str | None = Field(
+        default=None,
+        pattern=r"^[\w.<>]+:[\w.<>]+$",
+        description="A factory `package.module:function` called with each trial's settings and returning a "
+        "RAG system (an object with retrieve(question) and optionally answer(question, contexts)); the "
+        "search space's keys are then the factory's own settings.",
+    )
     questions: Path | None = Field(default=None, description="The question set; or generate one (synth).")
     search_space: Path
     objective: ObjectiveConfig = ObjectiveConfig()
@@ -180,6 +191,8 @@ class ExperimentConfig(_Strict):
             raise ValueError("give n_trials, timeout or both: a study needs an end")
         if (self.questions is None) == (self.synth is None):
             raise ValueError("give questions (a file) or synth (generate them), one of the two")
+        if self.corpus is None and (self.system is None or self.synth is not None):
+            raise ValueError("give the corpus (only a system: that searches its own may go without one)")
         return self
 
     # Resolved locations --------------------------------------------------------------------------
@@ -209,12 +222,36 @@ class ExperimentConfig(_Strict):
 
 def default_storage(workdir: Path) -> str:
     """The Optuna storage `composer optimize` uses when the experiment names none."""
-    return f"sqlite:///{workdir.resolve() / 'optuna.db'}"
+    from composer.store import sqlite_url
+
+    return sqlite_url(workdir.resolve() / "optuna.db")
 
 
 def default_tracking_uri(workdir: Path) -> str:
     """The MLflow store `composer optimize` uses when the experiment names none."""
-    return f"sqlite:///{workdir.resolve() / 'mlflow.db'}"
+    from composer.store import sqlite_url
+
+    return sqlite_url(workdir.resolve() / "mlflow.db", mlflow=True)
+
+
+def import_factory(ref: str) -> Callable[[dict[str, Any]], Any]:
+    """The factory ``package.module:function`` names (the experiment's ``system:``), imported from
+    ``PYTHONPATH`` or, as ``python -m`` would, the current directory."""
+    import importlib
+    import sys
+
+    module_name, _, attr = ref.partition(":")
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.append(str(Path.cwd()))
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot import the system factory {ref!r}: {exc}", field="system") from None
+    if not callable(found):
+        raise ConfigError(f"{ref!r} is not callable: name a function settings -> system", field="system")
+    return found
 
 
 def load_experiment(path: str | Path) -> ExperimentConfig:
@@ -223,6 +260,8 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
     if not isinstance(data, dict):
         raise ConfigError("expected a mapping (name, corpus, questions, search_space...)", path=p)
     base = p.resolve().parent
+    if data.get("workdir") is None:  # beside the file, like every other path: the same from any directory
+        data["workdir"] = str(DEFAULT_WORKDIR)
     for key in ("corpus", "questions", "search_space", "workdir"):
         if isinstance(data.get(key), str):
             data[key] = (base / data[key]).resolve()
@@ -245,4 +284,11 @@ def locate_study(
     if name is None:
         raise ConfigError("name the study, or give --experiment EXPERIMENT.yaml", field="study")
     url = storage or (exp.storage_url if exp is not None else default_storage(DEFAULT_WORKDIR))
+    looked = exp.work_dir / "optuna.db" if exp is not None and exp.storage is None else None
+    if storage is None and looked is not None and not looked.exists():
+        raise ConfigError(
+            f"no study storage at {looked}: the work dir of {experiment} is {looked.parent} (its workdir:, "
+            "else .composer beside the file); run `composer optimize` on it first, or give --storage URL",
+            field="workdir",
+        )
     return name, url, exp

@@ -6,6 +6,7 @@ The YAML's ``pipeline:`` section is a complete PipelineConfig, so ``composer eva
 
 from __future__ import annotations
 
+import os
 import pprint
 from datetime import datetime, timezone
 from pathlib import Path
@@ -78,15 +79,22 @@ def export_document(study: optuna.Study, trial: optuna.trial.FrozenTrial, storag
 
 
 def write_export(doc: dict[str, Any], out: Path, fmt: ExportFormat = "yaml") -> Path:
+    """Written atomically, with the permissions of any file the user makes (the umask's): an export holds
+    no credential (they are scrubbed) and is made to be shared, where the temporary file's 0600 would keep
+    it from a team or a container."""
     out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(out, render_yaml(doc) if fmt == "yaml" else render_python(doc))
+    umask = os.umask(0)
+    os.umask(umask)
+    out.chmod(0o666 & ~umask)
     return out
 
 
 def render_yaml(doc: dict[str, Any]) -> str:
     prov = doc["provenance"]
     header = (f"# Best pipeline of Composer study '{prov['study']}' (trial #{prov['trial']}).\n"
-              "# Reproduce its scores: composer eval QUESTIONS --corpus CORPUS --config <this file>\n")
+              "# Reproduce its scores: composer eval QUESTIONS --corpus CORPUS --config <this file> "
+              "--split selection\n")
     return header + yaml.safe_dump(doc, allow_unicode=True, sort_keys=False)
 
 
@@ -102,7 +110,7 @@ Exported by Composer {prov["composer_version"]} on {prov["exported_at"]}. Usage:
 
     python {{script}} CORPUS "question" ["another question" ...]
 
-CORPUS is a JSONL/JSON/CSV/Parquet file or a folder of .txt/.md files; indexes and embeddings are cached
+CORPUS is a JSONL/JSON/CSV/Parquet file or a folder of documents; indexes and embeddings are cached
 under ./.composer, so the second run starts at once. With an LLM in the pipeline (generation.model) its
 server must be reachable, and the key read from the variable named by generation.api_key_env.
 """

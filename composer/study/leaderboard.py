@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from composer.study.record import TrialRecord
@@ -25,12 +26,13 @@ def headline_metrics(k: int) -> list[str]:
 
 
 def leaderboard(study: optuna.Study) -> pd.DataFrame:
-    """One row per finished trial: complete trials by composite (best first), then pruned, then failed."""
+    """One row per finished trial in ``rank_key``'s order: complete trials best first, then pruned, then
+    failed."""
     import pandas as pd
     from optuna.trial import TrialState
 
     k = int(study.user_attrs.get(STUDY_ATTR, {}).get("k_eval", 10))
-    rows: list[dict[str, Any]] = []
+    rows: list[tuple[tuple[float, ...], dict[str, Any]]] = []
     for t in study.get_trials(deepcopy=False):
         if t.state in (TrialState.RUNNING, TrialState.WAITING):
             continue
@@ -44,19 +46,31 @@ def leaderboard(study: optuna.Study) -> pd.DataFrame:
         row["duplicate_of"] = record.duplicate_of if record is not None else None
         row["index_key"] = record.index.key if record is not None and record.index is not None else None
         row["seconds"] = t.duration.total_seconds() if t.duration is not None else None
-        rows.append(row)
+        rows.append((rank_key(t.state.name, metrics, t.number), row))
     columns = ["trial", "state", "composite", *headline_metrics(k), "config", "duplicate_of", "index_key",
                "seconds"]
-    frame = pd.DataFrame(rows, columns=columns)
-    order = {"COMPLETE": 0, "PRUNED": 1, "FAIL": 2}
-    frame["_state"] = frame["state"].map(order)
-    frame["_score"] = frame["composite"].fillna(float("-inf")).astype(float)
-    frame = frame.sort_values(["_state", "_score", "trial"], ascending=[True, False, True])
-    return frame.drop(columns=["_state", "_score"]).reset_index(drop=True)
+    return pd.DataFrame([row for _, row in sorted(rows, key=lambda pair: pair[0])], columns=columns)
+
+
+STATE_ORDER = {"COMPLETE": 0, "PRUNED": 1, "FAIL": 2}
+
+
+def rank_key(state: str, metrics: Mapping[str, float], number: int) -> tuple[float, ...]:
+    """The one order of a study's trials: complete, then pruned, then failed; the best composite first; an
+    equal composite goes to the faster configuration (``latency_ms``), then the cheaper (``llm_cost_usd``;
+    none is free), then the earlier trial. Without the tie-break, a tie went to the slowest."""
+    composite = metrics.get("composite")
+    return (
+        STATE_ORDER.get(state, len(STATE_ORDER)),
+        -float(composite) if composite is not None and composite == composite else math.inf,
+        float(metrics.get("latency_ms", math.inf)),
+        float(metrics.get("llm_cost_usd", 0.0)),
+        number,
+    )
 
 
 def ranked_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    """Complete trials best first by composite, one per distinct configuration (repeats left out).
+    """Complete trials best first (``rank_key``), one per distinct configuration (repeats left out).
 
     The composite decides in multi-objective studies too: its maximum always lies on the Pareto front.
     """
@@ -66,11 +80,30 @@ def ranked_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     out = []
     scored = [(t, record) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
               if (record := TrialRecord.of(t)) is not None and record.composite is not None]
-    for t, record in sorted(scored, key=lambda pair: (-(pair[1].composite or 0.0), pair[0].number)):
+    for t, record in sorted(scored, key=lambda pair: rank_key("COMPLETE", pair[1].metrics, pair[0].number)):
         if record.config_hash not in seen:
             seen.add(record.config_hash)
             out.append(t)
     return out
+
+
+def failure_causes(trials: Sequence[optuna.trial.FrozenTrial]) -> list[tuple[str, list[int]]]:
+    """Failed trials grouped by cause, most frequent first: the first line of the error, "invalid
+    configuration" for sampled values that make none, "process died" for a trial whose worker was lost.
+    Surplus trials (another worker took the last slot) are no failure of a pipeline and left out."""
+    from composer.study.record import failure_of
+
+    causes: dict[str, list[int]] = {}
+    for t in trials:
+        kind = failure_of(t)
+        if kind is None or kind == "surplus":
+            continue
+        record = TrialRecord.of(t)
+        error = record.error if record is not None else None
+        first = (error or "unknown error").strip().splitlines()[0][:300]
+        cause = {"invalid": f"invalid configuration: {first}", "lost": "process died"}.get(kind, first)
+        causes.setdefault(cause, []).append(t.number)
+    return sorted(causes.items(), key=lambda item: (-len(item[1]), item[1][0]))
 
 
 def describe_params(params: Mapping[str, Any]) -> str:

@@ -12,6 +12,9 @@ import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 from composer.data.types import Question
 from composer.errors import ConfigError
 from composer.metrics.retrieval import RETRIEVAL_METRICS, metric_key
@@ -114,16 +117,45 @@ class Objective:
         return ["maximize", *(SECONDARY_DIRECTIONS[s] for s in self.secondary)]
 
     def composite(self, metrics: Mapping[str, float | None]) -> float:
-        """Weighted mean of the metric means; a metric nobody scored in this batch counts as 0."""
-        return sum(w * _finite(metrics.get(k)) for k, w in self.weights.items())
+        """The one definition of a trial's score: the weighted sum of its metric means, each over the
+        questions that scored it; a metric nobody scored counts as 0. The trial's value, its held-out
+        score and the held-out difference with its CI (``difference``) all read it."""
+        means = {k: np.array([np.nan if (v := metrics.get(k)) is None else v], dtype=np.float64)
+                 for k in self.weights}
+        return float(self.composites(means)[0])
 
-    def per_question(self, metrics: Mapping[str, float | None]) -> float | None:
-        """One question's composite over the metrics scored for it (weights renormalized): paired tests."""
-        scored = {k: v for k in self.weights if (v := metrics.get(k)) is not None and math.isfinite(v)}
-        if not scored:
-            return None
-        total = sum(self.weights[k] for k in scored)
-        return sum(self.weights[k] * v for k, v in scored.items()) / total
+    def composites(self, means: Mapping[str, npt.NDArray[np.float64]]) -> npt.NDArray[np.float64]:
+        """``composite`` of many sets of metric means at once (one per position: bootstrap resamples)."""
+        size = max((len(v) for v in means.values()), default=1)
+        out = np.zeros(size)
+        for key, weight in self.weights.items():
+            value = means.get(key)
+            if value is not None:
+                out += weight * np.where(np.isfinite(value), value, 0.0)
+        return out
+
+    def difference(
+        self, a: Mapping[str, npt.NDArray[np.float64]], b: Mapping[str, npt.NDArray[np.float64]]
+    ) -> tuple[float, tuple[float, float]]:
+        """Composite of ``a`` minus composite of ``b``, two systems' per-question metric columns over the
+        same questions (NaN = not scored), and the 95% paired bootstrap CI of that same difference."""
+        from composer.metrics.stats import paired_statistic_ci
+
+        def means(columns: Mapping[str, npt.NDArray[np.float64]]) -> dict[str, float | None]:
+            return {k: float(np.mean(v[~np.isnan(v)])) if (~np.isnan(v)).any() else None
+                    for k, v in columns.items()}
+
+        lengths = {len(v) for v in (*a.values(), *b.values())}
+        if len(lengths) != 1:
+            raise ValueError(f"paired columns need one length, got {sorted(lengths)}")
+        keys = [k for k in self.weights if k in a or k in b]
+        if not keys:
+            return 0.0, (0.0, 0.0)  # nothing weighted was scored: both composites are 0
+        missing = np.full(lengths.pop(), np.nan)
+        a_cols = {k: a.get(k, missing) for k in keys}
+        b_cols = {k: b.get(k, missing) for k in keys}
+        point = self.composite(means(a_cols)) - self.composite(means(b_cols))
+        return point, paired_statistic_ci(a_cols, b_cols, self.composites)
 
     def values(self, metrics: Mapping[str, float | None]) -> tuple[float, ...]:
         """The study's objective values: the composite, then each secondary metric."""

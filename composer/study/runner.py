@@ -11,6 +11,7 @@ trial; more than the judge settings' ``max_failure_share`` does, with the reason
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -47,6 +48,9 @@ from composer.study.space import SearchSpace
 if TYPE_CHECKING:
     import optuna
 
+    from composer.evaluation.system import SystemPipeline
+    from composer.pipeline.pipeline import Pipeline
+
 logger = logging.getLogger(__name__)
 
 USAGE_METRICS = frozenset(Usage().to_dict())
@@ -57,9 +61,20 @@ Sink = Callable[[TrialLog], None]
 """Receives every trial's log when it ends (the MLflow writer's queue)."""
 
 
-def config_hash(config: PipelineConfig) -> str:
+Configured = PipelineConfig | dict[str, Any]
+"""What a trial's parameters make: a pipeline config, or the settings a user's factory is called with."""
+SystemFactory = Callable[[dict[str, Any]], Any]
+"""``factory(settings) -> system``: a user's RAG system for a trial's settings (see evaluation.system)."""
+
+
+def config_dict(config: Configured) -> dict[str, Any]:
+    return config.to_dict() if isinstance(config, PipelineConfig) else config
+
+
+def config_hash(config: Configured) -> str:
     """Identity of a configuration: equal hashes mean equal pipelines, whatever parameters produced them."""
-    return hashlib.sha256(json.dumps(config.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+    text = json.dumps(config_dict(config), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def flat_metrics(scored: Scored, objective: Objective) -> dict[str, float]:
@@ -88,9 +103,15 @@ class StudyData:
     batch_size: int = 50
     llm: LLMConfig | None = None
     judge: JudgeConfig | None = None
+    system: SystemFactory | None = None
+    """A user's factory: trials then build ``system(settings)`` from the (free) space, not a Pipeline."""
+    concurrency: int = 8
+    """Questions a user's system is asked at once."""
 
     def __post_init__(self) -> None:
-        if self.llm is not None:  # the space's own generation settings win over the llm: block's
+        if (self.system is not None) != self.space.free:
+            raise ComposerError("a factory's study needs a free search space, a pipeline's a pipeline one")
+        if self.llm is not None and self.system is None:  # the space's own generation settings win
             self.space = self.space.under({"generation": generation_defaults(self.llm)})
         self.space.check_conditions()
 
@@ -98,10 +119,31 @@ class StudyData:
     def ks(self) -> tuple[int, ...]:
         return tuple(sorted({*DEFAULT_KS, self.objective_config.k}))
 
-    def pipeline(self, config: PipelineConfig) -> RankingPipeline:
-        from composer.pipeline.pipeline import Pipeline
+    def configure(self, params: Mapping[str, Any]) -> Configured:
+        """A trial's parameters as what it runs: a pipeline config, or its factory's settings."""
+        return self.space.settings(params) if self.system is not None else self.space.build(params)
 
-        return Pipeline.from_config(config, workdir=self.workdir, qdrant=self.qdrant, llm=self.llm)
+    def pipeline(self, config: Configured) -> Pipeline | SystemPipeline:
+        """What produces the trial's batches: Composer's pipeline, or the user's system."""
+        if isinstance(config, PipelineConfig):
+            from composer.pipeline.pipeline import Pipeline
+
+            return Pipeline.from_config(config, workdir=self.workdir, qdrant=self.qdrant, llm=self.llm)
+        from composer.evaluation.system import SystemPipeline
+
+        assert self.system is not None
+        return SystemPipeline(self.system(copy.deepcopy(config)), corpus=self.corpus,
+                              concurrency=self.concurrency)
+
+    def rebuild(self, params: Mapping[str, Any], digest: str) -> Pipeline | SystemPipeline:
+        """A finished trial's pipeline (or system) from its parameters, indexed: the stored config has its
+        credentials masked, so the held-out re-score rebuilds it, and checks it is the one that ran."""
+        config = self.configure(params)
+        if config_hash(config) != digest:
+            raise ComposerError("the search space or the llm: block changed since the trial ran")
+        pipeline = self.pipeline(config)
+        pipeline.index(self.corpus)
+        return pipeline
 
     @cached_property
     def judging(self) -> Judging | None:
@@ -124,6 +166,8 @@ class StudyData:
         or rerank with it, and the judge."""
         from composer.pipeline.config import GenerationConfig
 
+        if self.system is not None:  # a user's system calls its own LLMs: only the judge is ours
+            return [self.judging.client.config] if self.judging is not None else []
         possible = self.space.possible
         generates = self.answers or "llm" in possible("rerank.method") or any(
             method != "none" for method in possible("query_expansion.method")
@@ -201,14 +245,14 @@ class TrialRunner:
 
         started = datetime.now(timezone.utc)
         try:
-            config = self.data.space.sample(trial)
+            config = self.data.configure(self.data.space.params(trial))
         except ComposerError as exc:  # an invalid combination of sampled values
             TrialRecord(dict(trial.params), "", self.worker, error=str(exc), failure="invalid").save(trial)
             self._emit(
                 TrialLog(trial.number, dict(trial.params), started, "FAIL", tags={"composer.error": str(exc)})
             )
             raise
-        record = TrialRecord(config.to_dict(), config_hash(config), self.worker)
+        record = TrialRecord(config_dict(config), config_hash(config), self.worker)
         earlier = completed_with(trial.study, record.config_hash)
         if earlier is not None:
             return self._repeat(trial, record, config, earlier, started)
@@ -221,17 +265,18 @@ class TrialRunner:
             try:
                 pipeline = self.data.pipeline(config)
                 info = pipeline.index(self.data.corpus)
-                record = record.updated(
-                    index=IndexUse(
-                        info.key,
-                        info.n_chunks,
-                        info.reused,
-                        info.embeddings_computed,
-                        info.embeddings_reused,
-                        info.seconds,
+                if info is not None:  # a user's system keeps its own index
+                    record = record.updated(
+                        index=IndexUse(
+                            info.key,
+                            info.n_chunks,
+                            info.reused,
+                            info.embeddings_computed,
+                            info.embeddings_reused,
+                            info.seconds,
+                        )
                     )
-                )
-                log.tags["composer.index_key"] = info.key
+                    log.tags["composer.index_key"] = info.key
                 if self.data.judging is not None:
                     log.tags["composer.judge_model"] = self.data.judging.model
                 scored = self.data.score(
@@ -296,7 +341,7 @@ class TrialRunner:
         self,
         trial: optuna.Trial,
         record: TrialRecord,
-        config: PipelineConfig,
+        config: Configured,
         earlier: optuna.trial.FrozenTrial,
         started: datetime,
     ) -> float | tuple[float, ...]:
@@ -338,15 +383,15 @@ def completed_with(study: optuna.Study, digest: str) -> optuna.trial.FrozenTrial
     return None
 
 
-def generation_details(scored: Scored, config: PipelineConfig, limit: int) -> dict[str, dict[str, Any]]:
+def generation_details(scored: Scored, config: Configured, limit: int) -> dict[str, dict[str, Any]]:
     """How the first ``limit`` questions' answers were generated: what their MLflow traces show."""
     out: dict[str, dict[str, Any]] = {}
-    gen = config.generation
+    gen = config.generation if isinstance(config, PipelineConfig) else None
     for qid in list(scored.report.table.question_ids)[:limit]:
         answer = scored.answers.get(qid)
         result = answer.result if answer is not None else None
         details: dict[str, Any] = {"answerer": scored.answerer}
-        if result is not None:
+        if result is not None and gen is not None:
             details.update(
                 model=gen.model,
                 template=gen.template,

@@ -104,35 +104,54 @@ class Dimension:
 
 @dataclass(frozen=True)
 class SearchSpace:
+    """Dimensions over Composer's pipeline settings, or, when ``free``, over the parameters of a user's
+    factory (any keys: ``composer.optimize(factory, space=...)``), sampled the same way."""
+
     dimensions: tuple[Dimension, ...]
     defaults: Mapping[str, Any]
     source: str = "<space>"
+    free: bool = False
 
     def active(self, dim: Dimension, params: Mapping[str, Any]) -> bool:
         """True when every ``when`` condition holds for the parameters sampled so far (or the defaults)."""
         return all(self._current(key, params) in allowed for key, allowed in dim.when.items())
 
-    def sample(self, trial: optuna.trial.BaseTrial) -> PipelineConfig:
+    def params(self, trial: optuna.trial.BaseTrial) -> dict[str, Any]:
+        """The trial's parameters: each dimension whose ``when`` holds, suggested in order."""
         params: dict[str, Any] = {}
         for dim in self.dimensions:
             if self.active(dim, params):
                 params[dim.key] = dim.suggest(trial)
-        return self.build(params)
+        return params
+
+    def sample(self, trial: optuna.trial.BaseTrial) -> PipelineConfig:
+        return self.build(self.params(trial))
 
     def build(self, params: Mapping[str, Any]) -> PipelineConfig:
         """The pipeline config for a trial's parameters: defaults, then each active dimension in order."""
+        if self.free:
+            raise ConfigError("a factory's space builds settings, not pipeline configs", path=self.source)
         data = self._resolved(params)
         shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
         return PipelineConfig.from_dict(data, source=f"{self.source} [{shown}]")
 
+    def settings(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """What a factory receives for a trial's parameters: the defaults, then each active dimension's
+        value (a bundle's mapping for its label); dotted keys nest (``retriever.k`` -> ``{retriever:
+        {k: ..}}``)."""
+        return self._resolved(params)
+
     def base(self) -> dict[str, Any]:
-        """Every pipeline setting before sampling: PipelineConfig's defaults under the space's defaults."""
+        """Every setting before sampling: the space's defaults (over PipelineConfig's, unless free)."""
+        if self.free:
+            return copy.deepcopy(dict(self.defaults))
         return _deep_merge(PipelineConfig().to_dict(), self.defaults)
 
     def under(self, defaults: Mapping[str, Any]) -> SearchSpace:
         """This space over further ``defaults`` (its own win): how an experiment's ``llm:`` block
         supplies the generator of every trial whose space does not choose one."""
-        return SearchSpace(self.dimensions, _deep_merge(dict(defaults), self.defaults), self.source)
+        merged = _deep_merge(dict(defaults), self.defaults)
+        return SearchSpace(self.dimensions, merged, self.source, self.free)
 
     def possible(self, key: str) -> list[Any]:
         """Every value setting ``key`` (``section.name``) can take: its dimension's choices (or the top of
@@ -144,7 +163,10 @@ class SearchSpace:
                 out += list(dim.choices) if dim.kind == "categorical" else [dim.high]
             elif dim.key == section and dim.bundles:
                 out += [bundle[name] for bundle in dim.bundles.values() if name in bundle]
-        return [*out, self.base()[section][name]]
+        default: Any = self.base()
+        for part in key.split("."):
+            default = default.get(part) if isinstance(default, dict) else None
+        return [*out, default]
 
     def check_conditions(self) -> None:
         """Every value a ``when`` names must be one its setting can take: a condition no configuration
@@ -214,12 +236,14 @@ def _describe(dim: Dimension) -> str:
     return f"{dim.low:g}..{dim.high:g}" + (f" step {dim.step:g}" if dim.step else "")
 
 
-def load_search_space(path: str | Path) -> SearchSpace:
+def load_search_space(path: str | Path, *, free: bool = False) -> SearchSpace:
     p = Path(path)
-    return parse_search_space(read_yaml(p, what="search space file"), source=str(p))
+    return parse_search_space(read_yaml(p, what="search space file"), source=str(p), free=free)
 
 
-def parse_search_space(data: Any, *, source: str = "<space>") -> SearchSpace:
+def parse_search_space(data: Any, *, source: str = "<space>", free: bool = False) -> SearchSpace:
+    """A space from its mapping (a file's content); ``free``: any keys, a factory's parameters, checked
+    for form only (Composer cannot know what a user's factory accepts)."""
     if not isinstance(data, dict):
         raise ConfigError("expected a mapping with 'dimensions'", path=source)
     unknown = set(data) - {"description", "defaults", "dimensions"}
@@ -227,28 +251,28 @@ def parse_search_space(data: Any, *, source: str = "<space>") -> SearchSpace:
         raise ConfigError("unknown key", path=source, field=sorted(unknown)[0])
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, dict):
-        raise ConfigError("expected a mapping of pipeline settings", path=source, field="defaults")
-    defaults = _canonical_tree(defaults, source)
-    try:
-        PipelineConfig.model_validate(_deep_merge(PipelineConfig().to_dict(), defaults))
-    except ValidationError as exc:
-        raise config_error(exc, source, under="defaults") from None
+        raise ConfigError("expected a mapping of settings", path=source, field="defaults")
+    if not free:
+        defaults = _canonical_tree(defaults, source)
+        try:
+            PipelineConfig.model_validate(_deep_merge(PipelineConfig().to_dict(), defaults))
+        except ValidationError as exc:
+            raise config_error(exc, source, under="defaults") from None
     raw_dims = data.get("dimensions")
     if not isinstance(raw_dims, dict) or not raw_dims:
-        raise ConfigError("expected a non-empty mapping of dotted pipeline keys", path=source,
-                          field="dimensions")
-    keys = [canonical_key(str(k), source, f"dimensions.{k}") for k in raw_dims]
+        raise ConfigError("expected a non-empty mapping of dotted keys", path=source, field="dimensions")
+    keys = [str(k) if free else canonical_key(str(k), source, f"dimensions.{k}") for k in raw_dims]
     if len(set(keys)) < len(keys):
         dup = next(k for k in keys if keys.count(k) > 1)
         raise ConfigError("declared twice", path=source, field=f"dimensions.{dup}")
-    dims = [_parse_dimension(str(raw_key), spec, keys[:i], keys[i + 1:], source)
+    dims = [_parse_dimension(str(raw_key), spec, keys[:i], keys[i + 1:], source, free)
             for i, (raw_key, spec) in enumerate(raw_dims.items())]
-    return SearchSpace(tuple(dims), defaults, source)
+    return SearchSpace(tuple(dims), defaults, source, free)
 
 
 def _parse_dimension(raw_key: str, spec: Any, earlier: Sequence[str], later: Sequence[str],
-                     source: str) -> Dimension:
-    key = canonical_key(raw_key, source, f"dimensions.{raw_key}")
+                     source: str, free: bool) -> Dimension:
+    key = raw_key if free else canonical_key(raw_key, source, f"dimensions.{raw_key}")
     where = f"dimensions.{raw_key}"
     if not isinstance(spec, dict):
         raise ConfigError("expected a mapping such as {choices: [...]} or {type: int, low: .., high: ..}",
@@ -260,12 +284,13 @@ def _parse_dimension(raw_key: str, spec: Any, earlier: Sequence[str], later: Seq
     if kind not in ("categorical", "int", "float"):
         raise ConfigError("'type' must be categorical, int or float (or give 'choices')",
                           path=source, field=f"{where}.type")
-    when = _parse_when(spec.get("when"), key, earlier, later, source, where)
-    target = _field_at(key)
+    when = _parse_when(spec.get("when"), key, earlier, later, source, where, free)
+    target = None if free else _field_at(key)
     if kind == "categorical":
         choices = spec.get("choices")
         if isinstance(choices, dict) and choices:
-            bundles = {str(label): _check_bundle(key, b, source, f"{where}.choices.{label}")
+            bundles = {str(label): _free_bundle(b, source, f"{where}.choices.{label}") if free
+                       else _check_bundle(key, b, source, f"{where}.choices.{label}")
                        for label, b in choices.items()}
             return Dimension(key, "categorical", tuple(bundles), bundles, when=when)
         if not isinstance(choices, list) or not choices:
@@ -275,7 +300,8 @@ def _parse_dimension(raw_key: str, spec: Any, earlier: Sequence[str], later: Seq
             raise ConfigError(f"'{key}' is a section: give its choices as labelled mappings",
                               path=source, field=f"{where}.choices")
         for choice in choices:
-            _check_value(target, choice, source, f"{where}.choices")
+            if target is not None:
+                _check_value(target, choice, source, f"{where}.choices")
             if isinstance(choice, str) and scrub_url(choice) != choice:
                 raise ConfigError(
                     "a choice holds a credential, and the study storage keeps every choice: name the key's "
@@ -283,7 +309,9 @@ def _parse_dimension(raw_key: str, spec: Any, earlier: Sequence[str], later: Seq
                     path=source, field=f"{where}.choices",
                 )
         return Dimension(key, "categorical", tuple(choices), when=when)
-    if isinstance(target, type) or target.annotation is not {"int": int, "float": float}[kind]:
+    if target is not None and (
+        isinstance(target, type) or target.annotation is not {"int": int, "float": float}[kind]
+    ):
         raise ConfigError(f"'{key}' is not {'an integer' if kind == 'int' else 'a float'} setting",
                           path=source, field=f"{where}.type")
     try:
@@ -312,13 +340,14 @@ def _parse_dimension(raw_key: str, spec: Any, earlier: Sequence[str], later: Seq
     if log and (step is not None or low <= 0):
         raise ConfigError("a log-scaled dimension needs low > 0 and no step", path=source,
                           field=f"{where}.log")
-    _check_value(target, low, source, f"{where}.low")
-    _check_value(target, high, source, f"{where}.high")
+    if target is not None:
+        _check_value(target, low, source, f"{where}.low")
+        _check_value(target, high, source, f"{where}.high")
     return Dimension(key, kind, low=low, high=high, step=step, log=log, when=when)
 
 
 def _parse_when(raw: Any, key: str, earlier: Sequence[str], later: Sequence[str], source: str,
-                where: str) -> dict[str, tuple[Any, ...]]:
+                where: str, free: bool) -> dict[str, tuple[Any, ...]]:
     """Conditions read earlier dimensions or, for settings no dimension samples, the defaults."""
     if raw is None:
         return {}
@@ -327,7 +356,7 @@ def _parse_when(raw: Any, key: str, earlier: Sequence[str], later: Sequence[str]
                           path=source, field=f"{where}.when")
     when: dict[str, tuple[Any, ...]] = {}
     for raw_key, allowed in raw.items():
-        cond = canonical_key(str(raw_key), source, f"{where}.when.{raw_key}")
+        cond = str(raw_key) if free else canonical_key(str(raw_key), source, f"{where}.when.{raw_key}")
         pending = [k for k in (key, *later) if k not in earlier]
         if any(cond == k or cond.startswith(k + ".") for k in pending):
             raise ConfigError(f"'{cond}' must be declared before '{key}' to be a condition of it",
@@ -394,6 +423,12 @@ def _check_bundle(key: str, bundle: Any, source: str, where: str) -> dict[str, A
     return out
 
 
+def _free_bundle(bundle: Any, source: str, where: str) -> dict[str, Any]:
+    if not isinstance(bundle, dict):
+        raise ConfigError("expected a mapping of settings", path=source, field=where)
+    return dict(bundle)
+
+
 def _canonical_tree(defaults: dict[str, Any], source: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for section, values in defaults.items():
@@ -416,8 +451,34 @@ def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]
 
 
 def _set_path(data: dict[str, Any], key: str, value: Any) -> None:
-    parts = key.split(".")
-    if len(parts) == 1:
-        data[parts[0]] = value
-    else:
-        data.setdefault(parts[0], {})[parts[1]] = value
+    *parents, last = key.split(".")
+    for part in parents:
+        data = data.setdefault(part, {})
+    data[last] = value
+
+
+ANALYZER_LANGUAGE = {"isri": "ar", "tashaphyne": "ar", "rishe": "fa"}
+"""The language an analyzer's own stemmer is for; ``default`` and ``plain`` read every language alike."""
+LANGUAGE_NAMES = {"ar": "Arabic", "fa": "Persian"}
+
+
+def language_warning(space: SearchSpace, texts: Sequence[str]) -> str | None:
+    """What to say when the space's BM25 analyzers are built for another language than the corpus's (an
+    Arabic-only space on a Persian corpus): on it they act as ``default``, so trials spent on them
+    search nothing new, and the corpus's own analyzer is never tried."""
+    from composer.text.analyzers import Analyzer
+
+    if not any(mode in ("bm25", "hybrid") for mode in space.possible("retrieval.mode")):
+        return None
+    analyzers = {str(a) for a in space.possible("retrieval.analyzer") if a is not None}
+    foreign = sorted(a for a in analyzers if a in ANALYZER_LANGUAGE)
+    lang = Analyzer().collection_language(texts) if foreign else None
+    wrong = [a for a in foreign if lang is not None and ANALYZER_LANGUAGE[a] != lang]
+    if lang is None or not wrong:
+        return None
+    own = sorted(a for a, code in ANALYZER_LANGUAGE.items() if code == lang)
+    return (f"the search space's analyzer {', '.join(wrong)} is for "
+            f"{', '.join(sorted({LANGUAGE_NAMES[ANALYZER_LANGUAGE[a]] for a in wrong}))}, but the corpus is "
+            f"{LANGUAGE_NAMES.get(lang, lang)}: on it {'they act' if len(wrong) > 1 else 'it acts'} as "
+            f"'default'; {LANGUAGE_NAMES.get(lang, lang)}'s own: {', '.join(own) or 'default'} "
+            f"(retrieval.analyzer in {space.source})")

@@ -13,8 +13,9 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,11 +27,11 @@ from composer.redact import scrub_url
 from composer.study import _optimize, _report
 from composer.study._storage import load_study, open_study
 from composer.study._workers import worker_id
-from composer.study.experiment import ExperimentConfig, SplitConfig
-from composer.study.leaderboard import STUDY_ATTR, leaderboard, report_console
-from composer.study.record import SCHEMA
-from composer.study.runner import StudyData, TrialRunner
-from composer.study.space import SearchSpace, load_search_space
+from composer.study.experiment import ExperimentConfig, SplitConfig, import_factory
+from composer.study.leaderboard import STUDY_ATTR, leaderboard, ranked_trials, report_console
+from composer.study.record import SCHEMA, TrialRecord
+from composer.study.runner import StudyData, SystemFactory, TrialRunner
+from composer.study.space import SearchSpace, language_warning, load_search_space
 
 if TYPE_CHECKING:
     import optuna
@@ -41,12 +42,25 @@ __all__ = ["StudyResult", "composer_version", "load_study", "run_study", "split_
 
 @dataclass
 class StudyResult:
+    """A finished (or continued) study: where it lives, its winner, the Optuna study itself, its report."""
+
     name: str
     storage: str
     tracking_uri: str
     parent_run_id: str
     summary: dict[str, Any]
+    """Trials by state, the winner, the held-out re-score and its verdict."""
     leaderboard: pd.DataFrame
+    study: optuna.Study
+    best_value: float | None = None
+    best_params: dict[str, Any] = field(default_factory=dict)
+    best_config: dict[str, Any] | None = None
+    """The winner's pipeline config, or for a factory the settings it was called with."""
+
+    @property
+    def held_out(self) -> dict[str, Any] | None:
+        held = self.summary.get("held_out")
+        return held if isinstance(held, dict) else None
 
 
 def composer_version() -> str:
@@ -86,20 +100,29 @@ def run_study(
     study_name: str | None = None,
     console: Console | None = None,
     strict: bool = False,
+    system: SystemFactory | None = None,
+    concurrency: int = 8,
 ) -> StudyResult:
     """Optimize (or continue) the experiment's study and report it; see the module docstring. ``strict``:
-    relevant ids missing from the corpus are an error, not a warning."""
+    relevant ids missing from the corpus are an error, not a warning. ``system``: the factory each trial
+    builds its system with (default: the one the experiment's ``system:`` names), asked ``concurrency``
+    questions at once."""
     from composer.data import load_corpus
     from composer.study.live import StudyProgress
-    from composer.study.tracking import is_local_store
-    from composer.study.writer import StudyTracker, WriterSettings
+    from composer.tracking.runs import is_local_store
+    from composer.tracking.writer import StudyTracker, WriterSettings
 
     console = console or report_console(stderr=True)
     started = time.monotonic()
-    space = load_search_space(exp.search_space)
-    corpus = load_corpus(exp.corpus)
+    if system is None and exp.system is not None:
+        system = import_factory(exp.system)
+    space = load_search_space(exp.search_space, free=system is not None)
+    corpus = load_corpus(exp.corpus) if exp.corpus is not None else Corpus([], "<none>")
     questions, questions_file, generated = _questions(exp, corpus, strict)
     selection, held_out = split_questions(questions, exp.split)
+    mismatch = language_warning(space, [d.text for d in corpus.documents[:500]])
+    if mismatch:
+        logging.getLogger(__name__).warning("%s", mismatch)
     data = StudyData(
         corpus=corpus,
         questions=selection,
@@ -110,6 +133,8 @@ def run_study(
         batch_size=exp.batch_size,
         llm=exp.llm,
         judge=exp.judge,
+        system=system,
+        concurrency=concurrency,
     )
     # Settings no trial could run with fail here, before the study starts, not once per trial: an unset
     # key variable, a judge without a model, an objective nothing can score.
@@ -130,6 +155,10 @@ def run_study(
             max_traces=exp.mlflow.traces,
             study_params=_study_params(exp, provenance),
             storage=exp.storage_url,
+            expectations={
+                q.id: {"expected_ids": list(q.relevant_ids), "expected_response": q.reference_answer}
+                for q in selection
+            },
         )
     )
     status, parent_run_id = "FAILED", ""
@@ -173,6 +202,7 @@ def run_study(
             study.set_user_attr("held_out", held)
         seconds = time.monotonic() - started
         summary, metrics = _report.summary(study, exp, provenance, data.objective, held, seconds)
+        summary["selection"] = _report.selection_separation(study, data)
         board = leaderboard(study)
         tracker.log_study(summary, metrics, board, summary.get("best_config"), _report.plots(study, exp))
         status = "FINISHED"
@@ -181,7 +211,13 @@ def run_study(
         raise
     finally:
         tracker.close(status, console)
-    return StudyResult(study.study_name, exp.storage_url, exp.tracking_uri, parent_run_id, summary, board)
+    result = StudyResult(study.study_name, exp.storage_url, exp.tracking_uri, parent_run_id, summary, board,
+                         study)
+    ranked = ranked_trials(study)
+    if ranked and (record := TrialRecord.of(ranked[0])) is not None:
+        result.best_value, result.best_params = record.composite, dict(ranked[0].params)
+        result.best_config = dict(record.config)
+    return result
 
 
 def _set_depth(data: StudyData, space: SearchSpace) -> None:
@@ -189,7 +225,8 @@ def _set_depth(data: StudyData, space: SearchSpace) -> None:
     first trial's candidates serve every later one."""
     from composer.pipeline.workspace import Workspace
 
-    Workspace.get(data.workdir, data.qdrant).depth = space.max_depth()
+    if data.system is None:  # a user's system searches as deep as it likes
+        Workspace.get(data.workdir, data.qdrant).depth = space.max_depth()
 
 
 def _questions(exp: ExperimentConfig, corpus: Corpus, strict: bool) -> tuple[QuestionSet, Path, bool]:
@@ -209,7 +246,7 @@ def _questions(exp: ExperimentConfig, corpus: Corpus, strict: bool) -> tuple[Que
 
 def _log_synth_report(exp: ExperimentConfig, questions_file: Path) -> None:
     """A generated set's report as its own MLflow run (``synth-<seed>``) beside the study's."""
-    from composer.synth.tracking import log_report_to_mlflow
+    from composer.tracking.synth import log_report_to_mlflow
 
     report = json.loads(questions_file.with_suffix(".report.json").read_text(encoding="utf-8"))
     log_report_to_mlflow(report, exp.tracking_uri, exp.mlflow_experiment, questions=questions_file)
@@ -226,7 +263,8 @@ def _provenance(
     """What the study was run on; stored on the study, exported with the winner."""
     return {
         "experiment": exp.name,
-        "corpus": str(exp.corpus),
+        "corpus": str(exp.corpus) if exp.corpus is not None else None,
+        "system": exp.system,
         "corpus_fingerprint": corpus_fp,
         "questions": str(questions_file),
         "questions_fingerprint": questions.fingerprint(),

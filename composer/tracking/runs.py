@@ -1,7 +1,7 @@
 """MLflow records of a study: one parent run per study, one nested run per trial, per-question traces.
 
-``RunWriter`` does the MLflow work; a study runs it in a writer process (``composer.study.writer``), off
-the trials' path. The parent is elected through the Optuna storage (``ParentClaims``), so every worker
+``RunWriter`` does the MLflow work; a study runs it in a writer process (``composer.tracking.writer``),
+off the trials' path. The parent is elected through the Optuna storage (``ParentClaims``), so every worker
 and every re-run of a study logs under one, and a store emptied under a study is noticed. A trial run
 is written when the trial ends (complete, pruned or failed) and written again, replacing a partial one, if
 the writer died half-way: each trial number has one live run. Secrets never reach MLflow (see
@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import tempfile
 import time
-from collections.abc import Mapping
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ from composer.data.ranking import ChunkTable
 from composer.errors import InputError
 from composer.files import write_atomic
 from composer.locks import FileLock
+from composer.mlflow_store import prepare_mlflow_store
 from composer.redact import flatten, scrub, scrub_url
 from composer.store import sqlite_file
 from composer.study.record import TrialLog
@@ -40,8 +42,20 @@ logger = logging.getLogger(__name__)
 STUDY_TAG = "composer.study"
 ROLE_TAG = "composer.role"
 TRIAL_TAG = "composer.trial"
-STATE_TAG = "composer.trial_state"
-RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
+STATE_TAG = "composer.state"
+BEST_TAG = "composer.best"
+SEGMENTS_TAG = "composer.segments"
+RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED"}
+"""MLflow's KILLED means "stopped by the user": a pruned trial ended as planned, so it is FINISHED and its
+``composer.state`` tag says PRUNED."""
+EXPERIMENT_NOTE = (
+    "Composer studies: each study is a parent run (`tags.composer.role = 'study'`) with one nested run per "
+    "trial. The winner is tagged `composer.best = 'true'` and named \"★ best #N\"; pruned trials are "
+    "FINISHED with `tags.composer.state = 'PRUNED'`. Sort by `metrics.composite`; each trial's Traces hold "
+    "one trace per question with its metrics as assessments, and `questions.json` its per-question table. "
+    "The parent run holds the study's charts (`plots/*.png`), leaderboard and best config."
+)
+QUESTION_TABLE = "questions.json"
 
 _METRIC_NAME = re.compile(r"[^\w\-. /]")
 
@@ -52,7 +66,7 @@ def mlflow_metric_name(name: str) -> str:
 
 
 def is_local_store(tracking_uri: str) -> bool:
-    return tracking_uri.startswith(("sqlite:", "file:")) or "://" not in tracking_uri
+    return tracking_uri.startswith(("sqlite:", "sqlite+", "file:")) or "://" not in tracking_uri
 
 
 class RunWriter:
@@ -68,9 +82,11 @@ class RunWriter:
         artifact_root: Path | None = None,
         max_traces: int | None = None,
         study_params: Mapping[str, Any] | None = None,
+        expectations: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         """``storage`` is the study's Optuna storage URL, where its parent run is elected
-        (``ParentClaims``)."""
+        (``ParentClaims``); ``expectations`` maps a question id to its gold (``expected_ids``,
+        ``expected_response``), logged on its traces and in each trial's question table."""
         import mlflow
         from mlflow import MlflowClient
         from mlflow.exceptions import MlflowException
@@ -88,10 +104,13 @@ class RunWriter:
             _check_server(tracking_uri)
             # The first client to open a new local store creates its tables: two workers starting
             # together would corrupt that migration, so locally it happens in turn.
-            with _local_store_lock(tracking_uri):
+            with local_store_lock(tracking_uri):
+                prepare_mlflow_store(tracking_uri)
                 self.client: MlflowClient = MlflowClient(tracking_uri)
-                self.experiment_id = self._experiment(experiment, artifact_root)
+                self.experiment_id = experiment_id(self.client, experiment, artifact_root)
+                self._describe_experiment()
             self.parent_run_id = self._parent(study_params or {})
+            self.segment = self._next_segment()
             self.logged = self._logged_trials()
         except MlflowException as exc:  # an unsupported URI, a server that is down or refuses us
             reason = scrub_url(" ".join(str(exc.message).split()))[:500]
@@ -104,6 +123,7 @@ class RunWriter:
         mlflow.set_tracking_uri(tracking_uri)  # traces and the fluent run context follow this URI
         self._tables_logged: set[str] | None = None
         self.traces_skipped = 0
+        self.expectations = expectations or {}
 
     def _check_local_store(self) -> None:
         """A local SQLite store that is unreadable stops the study; an empty one too once the study has
@@ -123,26 +143,26 @@ class RunWriter:
         )
 
     # Set-up ------------------------------------------------------------------------------------------
-    def _experiment(self, name: str, artifact_root: Path | None) -> str:
-        found = self.client.get_experiment_by_name(name)
-        if found is not None:
-            if found.lifecycle_stage == "deleted":
-                self.client.restore_experiment(found.experiment_id)
-            return str(found.experiment_id)
-        location = None
-        if artifact_root is not None:
-            folder = artifact_root / re.sub(r"[^\w.\-]", "_", name)
-            folder.mkdir(parents=True, exist_ok=True)
-            location = folder.resolve().as_uri()
+    def _describe_experiment(self) -> None:
+        """An experiment the MLflow UI opens on its runs (not the GenAI overview), with a description of
+        how a study is laid out; tags a user set are kept."""
         from mlflow.exceptions import MlflowException
 
-        try:
-            return str(self.client.create_experiment(name, artifact_location=location))
-        except MlflowException:  # on a server, another worker may have created it in between
-            found = self.client.get_experiment_by_name(name)
-            if found is None:
-                raise
-            return str(found.experiment_id)
+        found = self.client.get_experiment(self.experiment_id)
+        wanted = {"mlflow.note.content": EXPERIMENT_NOTE, "mlflow.experimentKind": "custom_model_development"}
+        for key, value in wanted.items():
+            if key not in found.tags:
+                # another worker may set it in between (a server refuses the second: a unique key)
+                with suppress(MlflowException):
+                    self.client.set_experiment_tag(self.experiment_id, key, value)
+
+    def _next_segment(self) -> int:
+        """This writer's segment of the study (0 for the first run, 1 for its first resume...): the step of
+        the parent's summary metrics, so a rerun adds to their history instead of replacing them."""
+        tags = self.client.get_run(self.parent_run_id).data.tags
+        segment = int(tags.get(SEGMENTS_TAG, "0"))
+        self.client.set_tag(self.parent_run_id, SEGMENTS_TAG, str(segment + 1))
+        return segment
 
     def _parent(self, params: Mapping[str, Any]) -> str:
         """The study's parent run: the elected one (see ``ParentClaims``), else the one tagged with the
@@ -171,7 +191,7 @@ class RunWriter:
             self._refuse_a_fresh_study_under(elected)
             self.client.update_run(elected, status="RUNNING")
             if params and not run.data.params:  # its elector died before it logged them
-                self.client.log_batch(elected, params=_params(params))
+                self.client.log_batch(elected, params=mlflow_params(params))
             return elected
         tagged = self._parent_runs()
         if tagged:
@@ -188,7 +208,7 @@ class RunWriter:
         if winner != candidate:  # another worker's candidate was elected first
             self.client.delete_run(candidate)
             return winner
-        self.client.log_batch(candidate, params=_params(params))
+        self.client.log_batch(candidate, params=mlflow_params(params))
         return candidate
 
     def _refuse_a_fresh_study_under(self, parent_run_id: str) -> None:
@@ -257,7 +277,7 @@ class RunWriter:
             "composer.traces",
             "skipped: the MLflow writer was behind the trials; every question is in traces.jsonl",
         )]
-        self.client.log_batch(run_id, metrics=metrics, params=_params(config or {}), tags=late)
+        self.client.log_batch(run_id, metrics=metrics, params=mlflow_params(config or {}), tags=late)
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp)
             if config is not None:
@@ -273,6 +293,8 @@ class RunWriter:
                 )
             self.client.log_artifacts(run_id, str(out))
         if log.report is not None:
+            table = question_table(log.report.samples, self.expectations)
+            self.client.log_table(run_id, table, QUESTION_TABLE)
             self._chunks(log.report)
         if traced:
             self._traces(run_id, log)
@@ -280,6 +302,17 @@ class RunWriter:
         self.client.set_terminated(run_id, status=RUN_STATUS.get(log.state, "FAILED"))
         self.logged[log.number] = (run_id, RUN_STATUS.get(log.state, "FAILED"))
         return run_id
+
+    def write_late_traces(self, log: TrialLog, why: str) -> None:
+        """The traces a trial's run went without (the writer was behind), written now into its run: the
+        study's leading trials must have theirs."""
+        found = self.logged.get(log.number)
+        if found is None or log.report is None:
+            return
+        run_id = found[0]
+        self._traces(run_id, log)
+        self.client.set_tag(run_id, "composer.traces", f"written after the study: {why}")
+        self.client.set_terminated(run_id, status=RUN_STATUS.get(log.state, "FAILED"))
 
     def write_lost(self, number: int, config: Mapping[str, Any] | None, reason: str) -> None:
         """A FAILED run for a trial whose process died. A run it already has is closed as FAILED: one
@@ -295,7 +328,7 @@ class RunWriter:
         else:
             run_id = self._trial_run(number, "FAIL", {"composer.error": reason})
             if config:
-                self.client.log_batch(run_id, params=_params(config))
+                self.client.log_batch(run_id, params=mlflow_params(config))
         self.client.set_terminated(run_id, status="FAILED")
         self.logged[number] = (run_id, "FAILED")
 
@@ -316,7 +349,7 @@ class RunWriter:
         error may quote a sampled value (an endpoint with a password in it, say)."""
         run = self.client.create_run(
             self.experiment_id,
-            run_name=f"trial-{number:03d}",
+            run_name=trial_run_name(number),
             tags=scrub(
                 {
                     "mlflow.parentRunId": self.parent_run_id,
@@ -371,6 +404,7 @@ class RunWriter:
     def _trace(self, sample: Any, log: TrialLog) -> None:
         import mlflow
         from mlflow.entities import SpanType
+        from mlflow.tracing.provider import safe_set_span_in_context
 
         hits = sample.retrieved
         docs = [
@@ -453,7 +487,30 @@ class RunWriter:
         t = child(
             "judge", SpanType.EVALUATOR, latency.get("judge", 0.0), {"answer": sample.answer}, scores, judged
         )
+        # Assessments logged while the trace is live travel with it, in its one write to the store: logged
+        # after, each would be a write of its own (~10 ms, for every metric of every question).
+        with safe_set_span_in_context(root):
+            self._assess(root.trace_id, sample, judged["judge"])
         root.end(outputs={"answer": sample.answer}, end_time_ns=t)
+
+    def _assess(self, trace_id: str, sample: Any, judge: str) -> None:
+        """The question's metrics as feedback and its gold as expectations on its trace: the UI's traces
+        table then sorts and filters questions by any metric."""
+        import mlflow
+        from mlflow.entities import AssessmentSource, AssessmentSourceType
+
+        scorer = AssessmentSource(AssessmentSourceType.CODE, "composer")
+        for name, value in sample.metrics.items():
+            if value is not None:
+                reason = sample.reasons.get(name)
+                source = scorer if reason is None else AssessmentSource(AssessmentSourceType.LLM_JUDGE, judge)
+                mlflow.log_feedback(
+                    trace_id=trace_id, name=mlflow_metric_name(name), value=float(value), source=source,
+                    rationale=reason,
+                )
+        for name, value in self.expectations.get(sample.question_id, {}).items():
+            if value:
+                mlflow.log_expectation(trace_id=trace_id, name=name, value=value, source=scorer)
 
     # Study -------------------------------------------------------------------------------------------
     def write_study(
@@ -462,22 +519,32 @@ class RunWriter:
         metrics: Mapping[str, float],
         leaderboard: pd.DataFrame,
         best_config: Mapping[str, Any] | None,
-        plots: Mapping[str, str],
+        plots: Mapping[str, bytes],
     ) -> None:
-        """Parent-run artifacts (summary, leaderboard, best config, Optuna plots), headline metrics, and
-        tags: the best trial, and why the held-out re-score failed if it did."""
+        """Parent-run artifacts (summary, leaderboard, best config, the study's charts as PNG), headline
+        metrics at this segment's step (a rerun adds to their history), and tags: the best trial, marked
+        on its own run too, and why the held-out re-score failed if it did."""
         from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
-        tags = {"composer.best_trial": str(summary.get("best_trial"))}
+        best = summary.get("best_trial")
+        tags = {"composer.best_trial": str(best)}
+        if best is not None and summary.get("best_value") is not None:
+            tags["mlflow.note.content"] = (
+                f"Study {self.study_name}: best trial #{best}, composite {float(summary['best_value']):.4f} "
+                f"({summary.get('n_complete', 0)} complete, {summary.get('n_pruned', 0)} pruned, "
+                f"{summary.get('n_failed', 0)} failed trials). Charts in plots/, ranking in leaderboard.csv."
+            )
         held_out_error = (summary.get("held_out") or {}).get("error")
         if held_out_error is not None:
             tags["composer.held_out_error"] = str(held_out_error)[:4000]
         self.client.log_batch(
             self.parent_run_id,
-            metrics=[Metric(mlflow_metric_name(k), float(v), now, 0) for k, v in metrics.items()],
+            metrics=[Metric(mlflow_metric_name(k), float(v), now, self.segment) for k, v in metrics.items()],
             tags=[RunTag(k, v) for k, v in scrub(tags).items()],
         )
+        if best is not None:
+            self._mark_best(int(best))
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp)
             write_atomic(
@@ -492,8 +559,8 @@ class RunWriter:
                 )
             if plots:
                 (out / "plots").mkdir()
-                for name, html in plots.items():
-                    write_atomic(out / "plots" / f"{name}.html", html)
+                for name, png in plots.items():
+                    write_atomic(out / "plots" / f"{name}.png", png)
             self.client.log_artifacts(self.parent_run_id, str(out))
 
     def close(self, status: str = "FINISHED", stats: Mapping[str, float] | None = None) -> None:
@@ -502,9 +569,89 @@ class RunWriter:
 
         stats = {**(stats or {}), "mlflow_traces_skipped": float(self.traces_skipped)}
         now = int(time.time() * 1000)
-        metrics = [Metric(name, float(value), now, 0) for name, value in stats.items()]
+        metrics = [Metric(name, float(value), now, self.segment) for name, value in stats.items()]
         self.client.log_batch(self.parent_run_id, metrics=metrics)
         self.client.set_terminated(self.parent_run_id, status=status)
+
+    def _mark_best(self, number: int) -> None:
+        """Tag and name the winner's run ("★ best #7"); a run that was the winner before loses both."""
+        from mlflow.exceptions import MlflowException
+
+        found = self.logged.get(number)
+        if found is None:
+            return
+        run_id = found[0]
+        for run in self._trial_runs(self.parent_run_id):
+            if run.data.tags.get(BEST_TAG) == "true" and run.info.run_id != run_id:
+                with suppress(MlflowException):  # another worker ending too may have taken it off
+                    self.client.delete_tag(run.info.run_id, BEST_TAG)
+                self.client.update_run(run.info.run_id, name=trial_run_name(int(run.data.tags[TRIAL_TAG])))
+        self.client.set_tag(run_id, BEST_TAG, "true")
+        self.client.update_run(run_id, name=f"★ best #{number}")
+
+
+def trial_run_name(number: int) -> str:
+    return f"trial-{number:03d}"
+
+
+def question_table(
+    samples: Sequence[Any], expectations: Mapping[str, Mapping[str, Any]]
+) -> dict[str, list[Any]]:
+    """A trial's per-question table (question, gold, retrieved ids, answer, metrics, error), worst first
+    by the mean of its metrics: columns for ``MlflowClient.log_table``, which the UI shows as a table."""
+    metric_names = list(dict.fromkeys(name for s in samples for name in s.metrics))
+    columns = ["question_id", "question", "expected_ids", "retrieved_ids", "answer", "expected_response",
+               *metric_names, "error"]
+
+    def mean(sample: Any) -> float:
+        values = [v for v in sample.metrics.values() if v is not None]
+        return sum(values) / len(values) if values else float("inf")
+
+    rows = []
+    for s in sorted(samples, key=mean):
+        gold = expectations.get(s.question_id, {})
+        rows.append([
+            s.question_id, s.question, list(gold.get("expected_ids", ())), [h.id for h in s.retrieved],
+            s.answer, gold.get("expected_response"),
+            *(None if (v := s.metrics.get(n)) is None or math.isnan(v) else float(v) for n in metric_names),
+            None if s.error is None else f"{s.error.stage}: {s.error.kind}: {s.error.message}",
+        ])
+    return {name: [row[i] for row in rows] for i, name in enumerate(columns)}
+
+
+def read_question_table(client: MlflowClient, run_id: str) -> pd.DataFrame:
+    """A trial's ``questions.json`` (see ``question_table``). Read here, not with ``load_table``, which
+    searches the process's global tracking URI instead of ``client``'s store."""
+    import pandas as pd
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(client.download_artifacts(run_id, QUESTION_TABLE, tmp))
+        table = json.loads(path.read_text(encoding="utf-8"))
+    return pd.DataFrame(table["data"], columns=table["columns"])
+
+
+def experiment_id(client: MlflowClient, name: str, artifact_root: Path | None = None) -> str:
+    """The id of experiment ``name``, created (its artifacts under ``artifact_root``) or restored if
+    deleted; a race with another worker creating it is no error."""
+    from mlflow.exceptions import MlflowException
+
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        if found.lifecycle_stage == "deleted":
+            client.restore_experiment(found.experiment_id)
+        return str(found.experiment_id)
+    location = None
+    if artifact_root is not None:
+        folder = artifact_root / re.sub(r"[^\w.\-]", "_", name)
+        folder.mkdir(parents=True, exist_ok=True)
+        location = folder.resolve().as_uri()
+    try:
+        return str(client.create_experiment(name, artifact_location=location))
+    except MlflowException:  # on a server, another worker may have created it in between
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return str(found.experiment_id)
 
 
 def _check_server(tracking_uri: str) -> None:
@@ -532,7 +679,7 @@ SERVER_PROBE_S = 10.0
 """How long a tracking server may take to answer its health check."""
 
 
-def _local_store_lock(tracking_uri: str) -> AbstractContextManager[object]:
+def local_store_lock(tracking_uri: str) -> AbstractContextManager[object]:
     """A lock beside a local store (SQLite file or folder); a server orders its own writes."""
     if (file := sqlite_file(tracking_uri)) is not None:
         return FileLock(file.with_name(file.name + ".lock"))
@@ -542,7 +689,7 @@ def _local_store_lock(tracking_uri: str) -> AbstractContextManager[object]:
     return FileLock(folder / ".composer.lock")
 
 
-def _params(values: Mapping[str, Any]) -> list[Param]:
+def mlflow_params(values: Mapping[str, Any]) -> list[Param]:
     """MLflow params of a (nested) mapping: flattened, scrubbed, each value as text MLflow accepts."""
     from mlflow.entities import Param
 

@@ -1,14 +1,9 @@
-"""The MLflow writer process, and the spool that keeps what it has not written yet on disk.
+"""The MLflow writer process, and the study's handle on it (``StudyTracker``).
 
 Logging a trial to MLflow (a run, its artifacts, a few traces) costs more than a cached trial's search,
-so trials hand their ``TrialLog`` to ``StudyTracker.submit``, which pickles it into the spool (atomic
-write) and sends its path to a writer process running ``RunWriter``. The trial goes on at once; the
-queue is bounded (``MAX_PENDING``), so a study never runs far ahead of what is recorded. The writer
-deletes a spool file only once its run is written: logs of a killed study, or of a writer that died, are
-written when the study resumes (``Spool.orphans``). Chunk tables are spooled once per index, not per trial.
-
-    <workdir>/spool/<study>/<host>-<pid>-<token>/000012-trial.pkl   (one folder per live tracker, locked)
-    <workdir>/spool/<study>/tables/<index key>.pkl
+so trials hand their ``TrialLog`` to ``StudyTracker.submit``, which spools it (``composer.tracking.spool``)
+and sends its path to a writer process running ``RunWriter`` (``composer.tracking.runs``). The trial goes
+on at once; the queue is bounded (``MAX_PENDING``), so a study never runs far ahead of what is recorded.
 """
 
 from __future__ import annotations
@@ -16,10 +11,7 @@ from __future__ import annotations
 import io
 import logging
 import os
-import pickle
-import secrets
-import shutil
-import socket
+import signal
 import subprocess
 import sys
 import time
@@ -31,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from composer.data.ranking import ChunkTable
 from composer.errors import ComposerError, InputError
-from composer.files import write_atomic
 from composer.locks import FileLock
 from composer.redact import scrub
 from composer.study.record import TrialLog
+from composer.tracking.spool import TABLES, UNTRACED, WRITER_LOCK, Orphans, Spool, SpoolUnpickler
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,12 +40,11 @@ TRACE_BACKLOG = 4
 """A trial whose log waited behind more than this many gets no MLflow traces (its traces.jsonl has every
 question): traces cost ~30 ms each, and the writer must keep pace with trials that take milliseconds."""
 WRITE_ATTEMPTS = 3
-TABLES = "tables"
-OWNER_LOCK = ".owner.lock"
-WRITER_LOCK = ".writer.lock"
-"""A spool folder is held by its tracker (``<ident>.owner.lock``) and by the writer serving it
-(``<ident>.writer.lock``): after the study dies, its writer may still be writing what it was sent, so a
-folder is an orphan only when neither holds it."""
+RESTARTS = 3
+"""How often a study starts its writer again after it died, before leaving the rest spooled."""
+LEADERS = 2
+"""The study's leading trials (winner, runner-up) whose MLflow traces are written after the study if the
+writer was too far behind to write them with their runs."""
 
 
 @dataclass(frozen=True)
@@ -69,115 +60,16 @@ class WriterSettings:
     artifact_root: Path | None = None
     max_traces: int | None = None
     study_params: Mapping[str, Any] | None = None
-
-
-class Spool:
-    """A study's spool folder (see the module docstring); ``owner`` is this process's own subfolder."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.tables = root / TABLES
-        self.tables.mkdir(parents=True, exist_ok=True)
-        ident = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
-        self._lock = FileLock.create_held(root / f"{ident}{OWNER_LOCK}")
-        self.owner = root / ident
-        self.owner.mkdir()
-        self._count = 0
-        self._tables: set[str] = set()
-
-    def put(self, kind: str, payload: Any) -> Path:
-        """Pickle ``payload`` into a new file of this owner; chunk tables go to ``tables/`` by key."""
-        self._count += 1
-        path = self.owner / f"{self._count:06d}-{kind}.pkl"
-        buffer = io.BytesIO()
-        _Pickler(buffer, self).dump(payload)
-        write_atomic(path, buffer.getvalue())
-        return path
-
-    def table(self, table: ChunkTable) -> None:
-        if table.key not in self._tables:
-            path = self.tables / f"{table.key}.pkl"
-            if not path.exists():
-                write_atomic(path, pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL))
-            self._tables.add(table.key)
-
-    def release(self) -> None:
-        """Drop this owner's folder if the writer emptied it, then its lock."""
-        if not any(self.owner.iterdir()):
-            shutil.rmtree(self.owner, ignore_errors=True)
-            self._lock.path.unlink(missing_ok=True)
-            self.owner.with_name(self.owner.name + WRITER_LOCK).unlink(missing_ok=True)
-        self._lock.release()
-
-
-class _Pickler(pickle.Pickler):
-    """Chunk tables by reference (their key): written once under ``tables/``, shared by every trial."""
-
-    def __init__(self, file: io.BytesIO, spool: Spool) -> None:
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.spool = spool
-
-    def persistent_id(self, obj: Any) -> Any:
-        if isinstance(obj, ChunkTable) and obj.key:
-            self.spool.table(obj)
-            return ("chunk-table", obj.key)
-        return None
-
-
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, tables: Path, cache: dict[str, ChunkTable]) -> None:
-        super().__init__(file)
-        self.tables = tables
-        self.cache = cache
-
-    def persistent_load(self, pid: Any) -> Any:
-        kind, key = pid
-        if kind != "chunk-table":
-            raise pickle.UnpicklingError(f"unknown reference {pid!r}")
-        if key not in self.cache:
-            self.cache[key] = pickle.loads((self.tables / f"{key}.pkl").read_bytes())
-        return self.cache[key]
-
-
-class Orphans:
-    """Spool folders of trackers that are gone, and their files: what a writer writes first. They are
-    held (their locks taken) from here until ``release``, after they are written, so two writers starting
-    together never both write them. A dead tracker's writer may still be writing what it was sent; it is
-    waited for, so two writers never write one trial."""
-
-    def __init__(self, root: Path) -> None:
-        self.files: list[Path] = []
-        self._held: list[tuple[Path, FileLock, FileLock]] = []
-        if not root.is_dir():
-            return
-        for owner_path in sorted(root.glob(f"*{OWNER_LOCK}")):
-            ident = owner_path.name.removesuffix(OWNER_LOCK)
-            owner = FileLock(owner_path)
-            if not owner.acquire(blocking=False):
-                continue  # a live tracker's (its own writer handles it), or another writer adopted it
-            writer = FileLock(root / f"{ident}{WRITER_LOCK}")
-            writer.acquire()  # at once, or when the dead tracker's writer has written its queue
-            folder = root / ident
-            self.files.extend(sorted(folder.glob("*.pkl")) if folder.is_dir() else [])
-            self._held.append((folder, owner, writer))
-
-    def release(self) -> None:
-        """Drop the folders left empty (and their lock files), then let go of every folder."""
-        for folder, owner, writer in self._held:
-            if not folder.is_dir() or not any(folder.glob("*.pkl")):
-                shutil.rmtree(folder, ignore_errors=True)
-                owner.path.unlink(missing_ok=True)
-                writer.path.unlink(missing_ok=True)
-            writer.release()
-            owner.release()
-        self._held = []
+    expectations: Mapping[str, Mapping[str, Any]] | None = None
+    """Question id -> its gold (``expected_ids``, ``expected_response``), for traces and question tables."""
 
 
 class StudyTracker:
     """The study's side of the MLflow writer: start it, submit logs, wait for it to finish.
 
-    The writer runs as ``python -m composer.study.writer`` (not a fork of the study, which holds models
-    and open shards; not multiprocessing's spawn, which re-imports the caller's main module).
+    The writer runs as ``python -m composer.tracking.writer`` (not a fork of the study, which holds models
+    and open shards; not multiprocessing's spawn, which re-imports the caller's main module). A writer that
+    dies is started again (up to ``RESTARTS`` times) and sent what it had not written.
     """
 
     def __init__(self, settings: WriterSettings) -> None:
@@ -185,11 +77,17 @@ class StudyTracker:
         self.spool = Spool(settings.spool)
         self.pending = 0
         self.failures: list[str] = []
+        self.notes: dict[str, int] = {}
+        """Store errors a retry got past (e.g. "database is locked"), and how often: said at the end."""
+        self.restarts = 0
         self.stopped = False
         self.parent_run_id: str | None = None
+        self._start()
+
+    def _start(self) -> None:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        log = (settings.spool / "writer.log").open("ab")
+        log = (self.settings.spool / "writer.log").open("ab")
         # Traces are written before the run is closed; MLflow's usage telemetry would add work to every
         # call and try the network, which a study's writer has no business doing.
         env = {
@@ -199,7 +97,7 @@ class StudyTracker:
             "MLFLOW_DISABLE_TELEMETRY": "true",
         }
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "composer.study.writer", str(to_child_r), str(from_child_w)],
+            [sys.executable, "-m", "composer.tracking.writer", str(to_child_r), str(from_child_w)],
             pass_fds=(to_child_r, from_child_w),
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -212,7 +110,7 @@ class StudyTracker:
         os.close(from_child_w)
         self._out = Connection(to_child_w, readable=False)
         self._in = Connection(from_child_r, writable=False)
-        self._out.send((settings, str(self.spool.owner)))
+        self._out.send((self.settings, str(self.spool.owner)))
 
     def ready(self) -> str:
         """Wait for the writer to open the store; its parent run id. A store that cannot be used is an
@@ -239,38 +137,66 @@ class StudyTracker:
         metrics: Mapping[str, float],
         leaderboard: pd.DataFrame,
         best_config: Mapping[str, Any] | None,
-        plots: Mapping[str, str],
+        plots: Mapping[str, bytes],
     ) -> None:
         self._send("study", (dict(summary), dict(metrics), leaderboard, best_config, dict(plots)))
 
     def close(self, status: str = "FINISHED", console: Console | None = None) -> None:
-        """Let the writer write everything queued, close the parent run, and stop."""
+        """Let the writer write everything queued, close the parent run, and stop. A second Ctrl-C while
+        it writes leaves it writing on its own (it runs in a session of its own): the rest is spooled."""
         if not self.stopped:
             if console is not None and self.pending > MAX_PENDING // 4:
                 console.print(f"writing {self.pending} trial records to MLflow…", highlight=False)
+            try:
+                self._drain(status)
+            except KeyboardInterrupt:
+                # Python's exit handlers (MLflow's, ours) must not be cut short by a third Ctrl-C either.
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                logger.warning(
+                    "MLflow: stopped waiting for the writer; it finishes in the background (see %s)",
+                    self.settings.spool / "writer.log",
+                )
+                self._out.close()
+                self._in.close()
+                self.spool.release()
+                return
+        self.process.wait()
+        self._out.close()
+        self._in.close()
+        self._report()
+        self.spool.release()
+
+    def _drain(self, status: str) -> None:
+        """Send "close" and take the writer's answers until it exits; one that died is restarted."""
+        while True:
             try:
                 self._out.send(("close", status))
                 while self.process.poll() is None or self._in.poll():
                     self._receive(timeout=1.0)
             except (ComposerError, OSError):
-                pass  # the writer is gone: what it did not write stays spooled
-        self.process.wait()
-        self._out.close()
-        self._in.close()
-        self.spool.release()
-        if self.failures:
-            for failure in self.failures[:5]:
-                logger.warning("MLflow: %s", failure)
+                pass  # its end of the pipe closed: it exited, or died
+            if self.process.wait() == 0 or not self._restart():
+                return
+
+    def _report(self) -> None:
+        """Say what the store made the writer retry, and what it could not write (left in the spool)."""
+        for note, times in self.notes.items():
+            logger.warning("MLflow store: %s (%d times, retried; see %s)", note, times,
+                           self.settings.spool / "writer.log")
+        left = len(list(self.spool.owner.glob("*.pkl")))
+        for failure in self.failures[:5]:
+            logger.warning("MLflow: %s", failure)
+        if left:
             logger.warning(
                 "%d records could not be written to MLflow; they stay in %s and are written "
                 "when the study resumes",
-                len(self.failures),
+                left,
                 self.settings.spool,
             )
 
     def _send(self, kind: str, payload: Any) -> None:
-        """Spool ``payload`` and queue it. A writer that died leaves it spooled (written when the study
-        resumes): recording must never fail a trial that ran."""
+        """Spool ``payload`` and queue it. A writer that died is restarted; past ``RESTARTS`` it leaves
+        the record spooled (written when the study resumes): recording must never fail a trial that ran."""
         path = self.spool.put(kind, payload)
         if self.stopped:
             return
@@ -280,7 +206,37 @@ class StudyTracker:
             while self.pending >= MAX_PENDING:
                 self._receive()
         except (ComposerError, OSError):
+            self._restart()
+
+    def _restart(self) -> bool:
+        """Start a new writer after one died and send it every record still spooled; False (and
+        stopped) once ``RESTARTS`` is spent or the new one cannot open the store."""
+        if self.stopped or self.restarts >= RESTARTS:
             self._stop()
+            return False
+        self.restarts += 1
+        self.process.wait()
+        self._out.close()
+        self._in.close()
+        logger.warning(
+            "MLflow: the writer stopped (exit %s; see %s); restarting it",
+            self.process.returncode,
+            self.settings.spool / "writer.log",
+        )
+        self.parent_run_id = None
+        self._start()
+        try:
+            self.ready()
+            records = sorted(self.spool.owner.glob("*.pkl"))
+            self.pending = 0
+            for record in records:
+                self._out.send(("item", str(record), self.pending))
+                self.pending += 1
+                while self.pending >= MAX_PENDING:
+                    self._receive()
+        except (ComposerError, OSError):
+            return self._restart()
+        return True
 
     def _stop(self) -> None:
         if not self.stopped:
@@ -305,6 +261,10 @@ class StudyTracker:
             self.pending -= 1
             if rest[0] is not None:
                 self.failures.append(rest[0])
+            for note in rest[1]:
+                if note not in self.notes:  # said at once too: a store that keeps refusing is news now
+                    logger.warning("MLflow store: %s (retrying)", note)
+                self.notes[note] = self.notes.get(note, 0) + 1
         return True
 
 
@@ -313,7 +273,7 @@ class StudyTracker:
 
 def serve(inbox: Connection, outbox: Connection) -> None:
     """The writer's loop: open the store, write what dead trackers left, then every item sent."""
-    from composer.study.tracking import RunWriter
+    from composer.tracking.runs import RunWriter
 
     settings, owner = inbox.recv()
     writer_lock = FileLock(owner + WRITER_LOCK)
@@ -328,6 +288,7 @@ def serve(inbox: Connection, outbox: Connection) -> None:
             artifact_root=settings.artifact_root,
             max_traces=settings.max_traces,
             study_params=settings.study_params,
+            expectations=settings.expectations,
         )
     except InputError as exc:
         left.release()
@@ -353,21 +314,28 @@ def serve(inbox: Connection, outbox: Connection) -> None:
             return
         _, path, backlog = message
         started = time.perf_counter()
-        failure = _write(writer, Path(path), settings.spool / TABLES, tables, backlog)
+        notes: list[str] = []
+        failure = _write(writer, Path(path), settings.spool / TABLES, tables, backlog, notes)
         stats["mlflow_writer_records"] += 1
         stats["mlflow_writer_seconds"] += time.perf_counter() - started
-        outbox.send(("done", failure))
+        outbox.send(("done", failure, notes))
 
 
 def _write(
-    writer: Any, path: Path, tables_dir: Path, tables: dict[str, ChunkTable], backlog: int
+    writer: Any,
+    path: Path,
+    tables_dir: Path,
+    tables: dict[str, ChunkTable],
+    backlog: int,
+    notes: list[str] | None = None,
 ) -> str | None:
-    """Write one spooled record, retrying a store that hiccups; None on success, else why it failed (the
-    file then stays for the next run)."""
+    """Write one spooled record, retrying a store that hiccups (each error retried goes to ``notes``);
+    None on success, else why it failed (the file then stays for the next run). A trial written without
+    its traces keeps its record in ``untraced/`` until the study ends (see ``_trace_leaders``)."""
     try:
         kind, payload = (
             path.stem.split("-", 1)[1],
-            _Unpickler(io.BytesIO(path.read_bytes()), tables_dir, tables).load(),
+            SpoolUnpickler(io.BytesIO(path.read_bytes()), tables_dir, tables).load(),
         )
     except FileNotFoundError:
         return None  # written and removed meanwhile
@@ -377,23 +345,58 @@ def _write(
     for attempt in range(1, WRITE_ATTEMPTS + 1):
         try:
             if kind == "trial":
-                writer.write_trial(payload, traces=backlog <= TRACE_BACKLOG)
+                traced = backlog <= TRACE_BACKLOG
+                writer.write_trial(payload, traces=traced)
+                if not traced and payload.report is not None and writer.max_traces != 0:
+                    untraced = tables_dir.parent / UNTRACED
+                    untraced.mkdir(exist_ok=True)
+                    os.replace(path, untraced / f"{payload.number:06d}-trial.pkl")
+                    return None
             elif kind == "lost":
                 for number, config, reason in payload:
                     writer.write_lost(number, config, reason)
             elif kind == "study":
                 writer.write_study(*payload)
+                _trace_leaders(writer, tables_dir, payload[2], tables)
             path.unlink()
             return None
         except Exception as exc:
             if attempt == WRITE_ATTEMPTS:
                 return f"{path.name}: {type(exc).__name__}: {exc}"[:2000]
+            if notes is not None:
+                notes.append(" ".join(f"{type(exc).__name__}: {exc}".split())[:300])
             time.sleep(0.5 * attempt)
     return None
 
 
-if __name__ == "__main__":
-    import signal
+def _trace_leaders(
+    writer: Any, tables_dir: Path, board: pd.DataFrame, tables: dict[str, ChunkTable]
+) -> None:
+    """Write the traces the leaderboard's winner and runner-up went without, then drop the untraced
+    records of the trials it ranks below them: those stay behind (later trials only push them down); a
+    trial it does not list (another worker's, finished since) keeps its record. A record is claimed by
+    renaming it, so two workers ending together write a leader's traces once."""
+    folder = tables_dir.parent / UNTRACED
+    if not folder.is_dir():
+        return
+    complete = [int(n) for n in board.loc[board["state"] == "COMPLETE", "trial"]]
+    numbers = complete[:LEADERS]
+    for number in numbers:
+        path = folder / f"{number:06d}-trial.pkl"
+        claimed = path.with_name(f"{path.name}.{os.getpid()}")
+        try:
+            path.rename(claimed)
+        except FileNotFoundError:
+            continue  # traced with its run, or by another worker
+        log = SpoolUnpickler(io.BytesIO(claimed.read_bytes()), tables_dir, tables).load()
+        writer.write_late_traces(log, "winner" if number == numbers[0] else "runner-up")
+        claimed.unlink()
+    behind = {int(n) for n in board["trial"]} - set(numbers)
+    for path in folder.glob("*-trial.pkl"):
+        if int(path.name.split("-", 1)[0]) in behind:
+            path.unlink(missing_ok=True)
 
+
+if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the study stops on Ctrl-C; its writer finishes writing
     serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False))

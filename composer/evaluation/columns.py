@@ -1,89 +1,23 @@
-"""Score rankings (and optionally answers) against a question set: the core of `composer eval` and of every
-trial of a study.
-
-``score_ranking`` takes a ``Ranking`` (arrays over a chunk table, as the pipeline produces) and returns
-columns; ``evaluate_run`` turns any system's run (hit lists) into one first, so both go through the same
-judging and metric code.
-"""
+"""A batch's metric columns: retrieval metrics at every cutoff, context size and deterministic answer scores
+for each question of a ranking. The "score a batch" half of every evaluation (``scoring.score_pipeline``
+produces the batches; ``runs.evaluate_run`` scores a run file in one batch)."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from composer.data.ranking import ChunkTable, Ranking, ranking_from_run
-from composer.data.types import Corpus, Question, QuestionSet, Run
+from composer.data.ranking import Ranking
+from composer.data.types import Corpus, Question
 from composer.errors import InputError
-from composer.evaluation.report import EvaluationReport, SampleTable
-from composer.metrics.matching import MatchMode, Universe, default_match_mode, document_of, judge_ranking
+from composer.evaluation.report import SampleTable
+from composer.metrics.matching import MatchMode, Universe, judge_ranking
 from composer.metrics.refusal import is_refusal
 from composer.metrics.retrieval import RETRIEVAL_METRICS, metric_key
 from composer.metrics.scorers import AnswerScorer, default_scorers
 
-logger = logging.getLogger(__name__)
-
 REFUSAL_RATE = "answer_refusal_rate"
-
-
-def evaluate_run(
-    questions: QuestionSet,
-    run: Run,
-    *,
-    ks: Sequence[int] = (1, 3, 5, 10),
-    match: MatchMode | None = None,
-    corpus: Corpus | None = None,
-    answers: Mapping[str, str] | None = None,
-    scorers: Sequence[AnswerScorer] | None = None,
-    meta: Mapping[str, object] | None = None,
-) -> EvaluationReport:
-    """Score every question of ``questions`` on the hits ``run`` retrieved for it.
-
-    The run is re-sorted the way trec_eval does (score desc, ties by id desc) so numbers match it.
-    Questions the run lacks retrieved nothing and score 0; run entries for unknown questions are ignored
-    and counted. Questions without labels are skipped and counted, never averaged in as 0.
-    With ``answers``, the deterministic answer scorers (or ``scorers``) grade each answer against the gold
-    answers and the retrieved texts; empty answers and refusals are counted instead of scored.
-    """
-    cutoffs = check_ks(ks)
-    mode: MatchMode = match or default_match_mode(questions, corpus)
-    known = {q.id for q in questions}
-    ignored = sum(qid not in known for qid in run)
-    missing = sum(q.id not in run for q in questions)
-    if ignored:
-        logger.warning("%d questions in the run are not in the question set: ignored", ignored)
-    if missing:
-        logger.warning("%d questions are missing from the run: scored as retrieving nothing", missing)
-    items = list(questions)
-    ranking = ranking_from_run(run, [q.id for q in items], run_table(run, corpus))
-    table = score_ranking(
-        items, ranking, ks=cutoffs, mode=mode, corpus=corpus, answers=answers, scorers=scorers
-    )
-    info: dict[str, object] = {
-        "questions": questions.source,
-        "questions_fingerprint": questions.fingerprint(),
-        "run_questions_ignored": ignored,
-        "questions_missing_from_run": missing,
-    }
-    if corpus is not None:
-        info["corpus"] = corpus.source
-    info.update(meta or {})
-    return EvaluationReport(table, cutoffs, mode, info)
-
-
-def run_table(run: Run, corpus: Corpus | None) -> ChunkTable:
-    """The distinct items of an external run, with their documents and texts (the hit's own text, else the
-    corpus's when the item is a document)."""
-    first: dict[str, tuple[str, str]] = {}
-    for hits in run.values():
-        for h in hits:
-            if h.id not in first or (not first[h.id][1] and h.text):
-                text = h.text
-                if text is None and corpus is not None and (doc := corpus.get(h.id)) is not None:
-                    text = doc.text
-                first[h.id] = (document_of(h, corpus, None), text or "")
-    return ChunkTable(tuple(first), tuple(d for d, _ in first.values()), tuple(t for _, t in first.values()))
 
 
 def score_ranking(
@@ -164,7 +98,9 @@ def _score_answers(
     contexts: Mapping[str, Sequence[str]] | None,
     scorers: Sequence[AnswerScorer],
 ) -> None:
-    """Grade each answer; a refusal counts toward the refusal rate and is not graded as a hallucination."""
+    """Grade each answer. A refusal counts toward the refusal rate (and as skipped: ``refusal``), is not
+    graded as a hallucination, and scores 0 on the answer-quality metrics of an answerable question (the
+    scorers decide, ``unscorable``): left out, refusing would raise their means."""
     n = len(questions)
     columns = {name: np.full(n, np.nan) for name in (REFUSAL_RATE, *(s.name for s in scorers))}
     skipped: dict[str, list[str | None]] = {}
@@ -182,16 +118,15 @@ def _score_answers(
         refused = is_refusal(answer)
         columns[REFUSAL_RATE][row] = float(refused)
         if refused:
-            skip("answer", row, "refusal")
-            continue
+            skip("answer", row, "refusal")  # counted once, not again under each scorer
         given = contexts.get(q.id) if contexts is not None else None
         passages = list(given) if given is not None else [h.text for h in ranking.hits(row) if h.text]
         for scorer in scorers:
             score = scorer.score(q, answer, passages, q.gold_answers)
-            if score.score is None:
-                skip(scorer.name, row, score.reason)
-            else:
+            if score.score is not None:
                 columns[scorer.name][row] = score.score
+            elif not refused:
+                skip(scorer.name, row, score.reason)
     table.metrics.update(columns)
     table.skipped.update(skipped)
     table.answers = texts

@@ -1,0 +1,432 @@
+"""Composer as a library: ``evaluate`` a system, ``optimize`` one (Composer's pipeline or a user's factory),
+``load_pipeline`` an exported winner. The CLI is a layer over these same paths.
+
+Every entry point takes paths or objects alike (a question set as a file, a DataFrame, a list of dicts or a
+``QuestionSet``) and raises ``ComposerError`` subclasses with the messages the CLI prints: a bad key in an
+in-memory config names the key, never a raw pydantic ``ValidationError``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from composer.errors import ComposerError, ConfigError, config_error
+
+if TYPE_CHECKING:
+    from composer.data.types import Corpus, QuestionSet
+    from composer.evaluation.report import EvaluationReport
+    from composer.evaluation.scoring import Judging, RankingPipeline
+    from composer.pipeline.config import PipelineConfig
+    from composer.pipeline.pipeline import Pipeline
+    from composer.study.experiment import ExperimentConfig
+    from composer.study.study import StudyResult
+
+DEFAULT_WORKDIR = Path(".composer")
+PIPELINE_SUFFIXES = (".yaml", ".yml")
+
+
+# -- evaluate -----------------------------------------------------------------------------------------
+
+
+def evaluate(
+    system: Any,
+    questions: Any,
+    corpus: Any = None,
+    *,
+    k: Sequence[int] = (1, 3, 5, 10),
+    metrics: Sequence[str] | None = None,
+    judge: str | Mapping[str, Any] | None = None,
+    concurrency: int = 8,
+    workdir: str | Path | None = None,
+    mlflow: str | Mapping[str, Any] | bool | None = None,
+) -> EvaluationReport:
+    """Score ``system`` on ``questions``: retrieval metrics at every cutoff in ``k``, answer metrics when
+    it answers, LLM judges with ``judge``; bootstrap CIs, latency per question and failures counted.
+
+    ``system`` is a pipeline config (YAML path, dict, ``PipelineConfig``), a ``Pipeline``, a run (run file
+    path, or mapping question id -> ranked ids or hits), any object with ``retrieve(question) -> list``
+    (and optionally ``answer(question, contexts) -> str``; sync or ``async def``), or a plain callable
+    ``question -> list``. ``metrics`` names the LLM-judged metrics to compute (default: the judge's own,
+    answer_correctness and faithfulness); retrieval and deterministic answer metrics are always reported.
+    ``judge`` is a litellm model name or a judge block (``model``, ``api_base``, ``api_key_env``,
+    ``timeout``...). ``mlflow`` logs the report as a run: a tracking URI, ``{"tracking_uri", "experiment",
+    "run_name"}``, or True for ``<workdir>/mlflow.db``. Caches (judge replies, indexes) live in ``workdir``.
+    """
+    from composer.evaluation.scoring import score_pipeline
+
+    work = Path(workdir) if workdir is not None else DEFAULT_WORKDIR
+    docs = _corpus(corpus)
+    question_set = _questions(questions, docs)
+    judging = _judging(judge, metrics, work)
+    producer = _producer(system, docs, work, concurrency)
+    if judging is not None and not producer.can_answer:
+        raise ConfigError(
+            "the system has no answer(question, contexts) method, so there is no answer "
+            "to judge: drop judge=, or give the system an answer method",
+            field="judge",
+        )
+    meta: dict[str, Any] = {"system": producer.answerer}
+    index = getattr(producer, "index", None)
+    if docs is not None and index is not None:
+        info = index(docs)
+        if info is not None:
+            meta["index"] = {"key": info.key, "chunks": info.n_chunks, "reused": info.reused}
+    from composer.data.types import Corpus
+
+    scored = score_pipeline(
+        producer,
+        question_set,
+        docs if docs is not None else Corpus([], "<none>"),
+        judging=judging,
+        ks=k,
+        batch_size=max(len(question_set), 1) if not producer.batched(True) else 100,
+    )
+    report = scored.report.with_meta(meta)
+    if mlflow:
+        _log_to_mlflow(report, mlflow, work)
+    return report
+
+
+def _corpus(corpus: Any) -> Corpus | None:
+    from composer.data import load_corpus
+    from composer.data.types import Corpus
+
+    if corpus is None or isinstance(corpus, Corpus):
+        return corpus
+    return load_corpus(corpus)
+
+
+def _questions(questions: Any, corpus: Corpus | None) -> QuestionSet:
+    from composer.data import load_questions
+    from composer.data.types import QuestionSet
+
+    if isinstance(questions, QuestionSet):
+        return questions
+    return load_questions(questions, corpus=corpus)
+
+
+def _judging(
+    judge: str | Mapping[str, Any] | None, metrics: Sequence[str] | None, workdir: Path
+) -> Judging | None:
+    """The judge of an evaluation; metrics are checked by name whether or not a judge is given."""
+    from composer.judges import JudgeConfig
+    from composer.judges.panel import JUDGE_METRICS
+    from composer.study.objective import known_metrics, unknown_metric
+
+    wanted = list(metrics or ())
+    for name in wanted:
+        if unknown_metric(name):
+            known = ", ".join(known_metrics())
+            raise ConfigError(f"unknown metric {name!r}; known: {known}", field="metrics")
+    judged = [m for m in wanted if m in JUDGE_METRICS]
+    if judge is None:
+        if judged:
+            raise ConfigError(
+                f"{', '.join(judged)} need an LLM judge: give judge='provider/model'", field="judge"
+            )
+        return None
+    data: dict[str, Any] = {"model": judge} if isinstance(judge, str) else dict(judge)
+    if judged:
+        data["metrics"] = judged
+    try:
+        config = JudgeConfig.model_validate(data)
+    except ValidationError as exc:
+        raise config_error(exc, "<judge>", under="judge") from None
+    from composer.evaluation.scoring import make_judging
+
+    return make_judging(config, None, workdir)
+
+
+def _producer(system: Any, corpus: Corpus | None, workdir: Path, concurrency: int) -> RankingPipeline:
+    """Whatever ``system`` is, as the thing scoring asks to rank and answer batches."""
+    from composer.evaluation.system import SystemPipeline, is_system
+    from composer.pipeline.config import PipelineConfig
+    from composer.pipeline.pipeline import Pipeline
+
+    if isinstance(system, Pipeline):
+        return _indexable(system, corpus)
+    if (
+        isinstance(system, PipelineConfig)
+        or (isinstance(system, Mapping) and not _is_run(system))
+        or (isinstance(system, str | Path) and Path(system).suffix.lower() in PIPELINE_SUFFIXES)
+    ):
+        return _indexable(load_pipeline(system, workdir=workdir), corpus)
+    if isinstance(system, str | Path):
+        from composer.data.runs import read_run
+
+        run_file = read_run(system)
+        return _given(run_file.hits, run_file.answers, corpus)
+    if isinstance(system, Mapping):
+        return _given(_run_of(system), {}, corpus)
+    if is_system(system):
+        return SystemPipeline(system, corpus=corpus, concurrency=concurrency)
+    raise ComposerError(
+        f"cannot evaluate a {type(system).__name__}: give a pipeline config (path, dict, PipelineConfig), a "
+        "Pipeline, a run (file or mapping question id -> ranked ids), an object with retrieve(question), "
+        "or a callable question -> list"
+    )
+
+
+def _indexable(pipeline: Pipeline, corpus: Corpus | None) -> Pipeline:
+    if corpus is None:
+        raise ConfigError("a Composer pipeline indexes a corpus: give corpus=", field="corpus")
+    return pipeline
+
+
+def _is_run(mapping: Mapping[Any, Any]) -> bool:
+    """A run maps question ids to lists; a pipeline config maps sections to mappings."""
+    return bool(mapping) and all(isinstance(v, list | tuple) for v in mapping.values())
+
+
+def _run_of(mapping: Mapping[Any, Any]) -> dict[str, Any]:
+    from composer.evaluation.system import as_hits
+
+    return {str(qid): as_hits(items, str(qid)) for qid, items in mapping.items()}
+
+
+def _given(run: dict[str, Any], answers: dict[str, str], corpus: Corpus | None) -> RankingPipeline:
+    """A run (with the answers its file gives, if any) as a pipeline that has ranked and answered."""
+    from composer.evaluation.runs import GivenRun, run_table
+
+    return GivenRun(run, answers, run_table(run, corpus), can_answer=bool(answers))
+
+
+def _log_to_mlflow(report: EvaluationReport, target: str | Mapping[str, Any] | bool, workdir: Path) -> str:
+    from composer.study.experiment import default_tracking_uri
+    from composer.tracking.evaluation import log_evaluation
+
+    settings: dict[str, Any] = (
+        {}
+        if isinstance(target, bool)
+        else ({"tracking_uri": target} if isinstance(target, str) else dict(target))
+    )
+    unknown = set(settings) - {"tracking_uri", "experiment", "run_name"}
+    if unknown:
+        raise ConfigError("unknown key", field=f"mlflow.{sorted(unknown)[0]}")
+    uri = settings.get("tracking_uri") or default_tracking_uri(workdir.resolve())
+    return log_evaluation(
+        report, uri, settings.get("experiment") or "composer-evaluate", run_name=settings.get("run_name")
+    )
+
+
+# -- load_pipeline ------------------------------------------------------------------------------------
+
+
+def load_pipeline(
+    config: str | Path | Mapping[str, Any] | PipelineConfig,
+    corpus: Any = None,
+    *,
+    workdir: str | Path | None = None,
+    qdrant: str | None = None,
+) -> Pipeline:
+    """A Composer pipeline from a config: a pipeline YAML, ``composer export``'s file (its ``pipeline``
+    section), a dict or a ``PipelineConfig``. With ``corpus`` it is indexed (built once, then reused from
+    ``workdir``), ready for ``pipe.search(text)`` and ``pipe.ask(question)``."""
+    from composer.pipeline.config import PipelineConfig, load_pipeline_config
+    from composer.pipeline.pipeline import Pipeline
+
+    if isinstance(config, str | Path):
+        config = load_pipeline_config(config)
+    elif not isinstance(config, PipelineConfig):
+        data = dict(config)
+        if isinstance(data.get("pipeline"), Mapping):  # an export document
+            data = dict(data["pipeline"])
+        config = PipelineConfig.from_dict(data)
+    pipe = Pipeline.from_config(
+        config, workdir=Path(workdir) if workdir is not None else DEFAULT_WORKDIR, qdrant=qdrant
+    )
+    docs = _corpus(corpus)
+    if docs is not None:
+        pipe.index(docs)
+    return pipe
+
+
+# -- optimize -----------------------------------------------------------------------------------------
+
+
+def optimize(
+    target: str | Path | Mapping[str, Any] | Callable[[dict[str, Any]], Any],
+    *,
+    space: str | Path | Mapping[str, Any] | None = None,
+    questions: Any = None,
+    corpus: Any = None,
+    objective: Mapping[str, Any] | None = None,
+    n_trials: int | None = None,
+    sampler: str | Mapping[str, Any] | None = None,
+    pruner: str | Mapping[str, Any] | None = None,
+    storage: str | None = None,
+    mlflow: str | Mapping[str, Any] | None = None,
+    workdir: str | Path | None = None,
+    name: str | None = None,
+    concurrency: int = 8,
+    **experiment: Any,
+) -> StudyResult:
+    """Run (or continue) a study and return its winner.
+
+    ``target`` is an experiment file or dict, or a factory ``settings -> system`` (any system ``evaluate``
+    accepts): Composer samples ``space`` (the dimension format of ``search_spaces/*.yaml``, a dict or a
+    file; for a factory its keys are the factory's own settings) with Optuna, scores each system in
+    batches with pruning, logs every trial to MLflow under one parent run, resumes when called again with
+    the same ``name`` and ``workdir``, and re-scores the winner on the held-out split (``split=
+    {"held_out": 0.3}``). The remaining keyword arguments are experiment keys (``split``, ``timeout``,
+    ``batch_size``, ``judge``, ``llm``, ``stop``...). In-memory questions, corpora and spaces are written
+    once, content-addressed, under ``<workdir>/inputs`` so the study records files it can be re-run from.
+    """
+    from composer.study.study import run_study
+
+    factory: Callable[[dict[str, Any]], Any] | None = None
+    source: str | Path | Mapping[str, Any] | None = None
+    if isinstance(target, str | Path | Mapping):
+        source = target
+    elif callable(target):
+        factory = target
+    exp = _experiment(
+        source,
+        space=space,
+        questions=questions,
+        corpus=corpus,
+        objective=objective,
+        n_trials=n_trials,
+        sampler=sampler,
+        pruner=pruner,
+        storage=storage,
+        mlflow=mlflow,
+        workdir=workdir,
+        name=name,
+        factory=factory,
+        extra=experiment,
+    )
+    return run_study(exp, system=factory, concurrency=concurrency)
+
+
+def _experiment(
+    target: str | Path | Mapping[str, Any] | None,
+    *,
+    space: str | Path | Mapping[str, Any] | None,
+    questions: Any,
+    corpus: Any,
+    objective: Mapping[str, Any] | None,
+    n_trials: int | None,
+    sampler: str | Mapping[str, Any] | None,
+    pruner: str | Mapping[str, Any] | None,
+    storage: str | None,
+    mlflow: str | Mapping[str, Any] | None,
+    workdir: str | Path | None,
+    name: str | None,
+    factory: Callable[..., Any] | None,
+    extra: Mapping[str, Any],
+) -> ExperimentConfig:
+    """The experiment a call describes: the file or dict given, overridden by the keyword arguments."""
+    from composer.study.experiment import ExperimentConfig, load_experiment
+
+    base: dict[str, Any] = {}
+    source = "<optimize>"
+    if isinstance(target, str | Path):
+        base = load_experiment(target).model_dump(exclude_unset=True)
+        source = str(target)
+    elif isinstance(target, Mapping):
+        base = dict(target)
+    overrides = {
+        "search_space": space,
+        "questions": questions,
+        "corpus": corpus,
+        "objective": objective,
+        "n_trials": n_trials,
+        "sampler": sampler,
+        "pruner": pruner,
+        "storage": storage,
+        "workdir": workdir,
+        "name": name,
+        **extra,
+    }
+    data = {**base, **{key: value for key, value in overrides.items() if value is not None}}
+    if isinstance(mlflow, str):
+        data["mlflow"] = {**dict(data.get("mlflow") or {}), "tracking_uri": mlflow}
+    elif mlflow is not None:
+        data["mlflow"] = dict(mlflow)
+    data.setdefault("name", "composer-study")
+    work = Path(data.get("workdir") or DEFAULT_WORKDIR).resolve()
+    data["workdir"] = work
+    inputs = work / "inputs"
+    if "corpus" in data:
+        data["corpus"] = _as_file(data["corpus"], inputs, "corpus")
+    if "questions" in data:
+        data["questions"] = _as_file(data["questions"], inputs, "questions")
+    if "search_space" in data:
+        data["search_space"] = _as_file(data["search_space"], inputs, "space")
+    if factory is not None:
+        data["system"] = _factory_name(factory)
+        data.setdefault("corpus", None)
+    try:
+        return ExperimentConfig.model_validate(data)
+    except ValidationError as exc:
+        raise config_error(exc, source) from None
+
+
+def _factory_name(factory: Callable[..., Any]) -> str:
+    """How a study names its factory (``module:qualname``): recorded, never imported back from here."""
+    module = getattr(factory, "__module__", None) or "<unknown>"
+    return f"{module}:{getattr(factory, '__qualname__', type(factory).__name__)}"
+
+
+def _as_file(value: Any, inputs: Path, kind: str) -> Path:
+    """A path as given; an in-memory corpus, question set or space written once under ``inputs``, named by
+    its content, so the study's provenance names a file and a changed input is a new file."""
+    from composer.data.types import Corpus, QuestionSet
+
+    if isinstance(value, str | Path):
+        return Path(value).resolve()
+    if kind == "space":
+        if not isinstance(value, Mapping):
+            raise ConfigError("expected a search space file or mapping", field="space")
+        return _write_once(inputs, "space", ".yaml", _yaml(dict(value)))
+    if kind == "corpus":
+        docs = value if isinstance(value, Corpus) else _corpus(value)
+        assert docs is not None
+        rows = [
+            {
+                "id": d.id,
+                "title": d.title,
+                "text": d.text,
+                **({"metadata": dict(d.metadata)} if d.metadata else {}),
+            }
+            for d in docs
+        ]
+    else:
+        items = value if isinstance(value, QuestionSet) else _questions(value, None)
+        rows = [
+            {
+                "id": q.id,
+                "question": q.question,
+                "relevant_ids": list(q.relevant_ids),
+                "answers": list(q.answers),
+                "context": list(q.context),
+                **({"reference_answer": q.reference_answer} if q.reference_answer else {}),
+            }
+            for q in items
+        ]
+    text = "".join(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in rows)
+    return _write_once(inputs, kind, ".jsonl", text)
+
+
+def _write_once(folder: Path, kind: str, suffix: str, text: str) -> Path:
+    from composer.files import write_atomic
+
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    path = folder / f"{kind}-{digest}{suffix}"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, text)
+    return path
+
+
+def _yaml(data: dict[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, allow_unicode=True, sort_keys=False)

@@ -1,0 +1,12 @@
+"""Documents as teams keep them: folders of PDF, Word, PowerPoint, HTML, Markdown and text files.
+
+One module per format (``pdf``, ``office``, ``html``, ``plain``), the Arabic and Persian ``repair`` every
+extracted text goes through, a content-hash ``cache`` and the per-corpus ``report``; ``folder`` ties them.
+Heavy libraries (pypdf, python-docx, python-pptx, BeautifulSoup) are imported only when a file needs them.
+"""
+
+from composer.documents.extracted import SKIP_REASONS, Extracted, Skipped
+from composer.documents.folder import DOCUMENT_EXTENSIONS, read_documents
+from composer.documents.report import CorpusReport
+
+__all__ = ["DOCUMENT_EXTENSIONS", "SKIP_REASONS", "CorpusReport", "Extracted", "Skipped", "read_documents"]

@@ -1,0 +1,73 @@
+"""What a reader gives back for one file: its text and where its pages and headings start, or a skip."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+SKIP_REASONS = ("encrypted", "scanned", "unsupported", "empty", "unreadable", "too large")
+"""Why a file is skipped; the report counts files by these."""
+
+
+@dataclass
+class Extracted:
+    """A file's text and structure. ``pages`` and ``headings`` are ``(offset, value)`` pairs in text
+    order: page ``value`` (1-based) or the heading path (``"Setup > Linux"``) starts at ``offset``."""
+
+    text: str
+    title: str = ""
+    pages: list[tuple[int, int]] = field(default_factory=list)
+    headings: list[tuple[int, str]] = field(default_factory=list)
+    n_pages: int = 0
+    repairs: Counter[str] = field(default_factory=Counter)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "title": self.title,
+            "pages": self.pages,
+            "headings": self.headings,
+            "n_pages": self.n_pages,
+            "repairs": dict(self.repairs),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Extracted:
+        return cls(
+            text=data["text"],
+            title=data["title"],
+            pages=[(int(o), int(p)) for o, p in data["pages"]],
+            headings=[(int(o), str(h)) for o, h in data["headings"]],
+            n_pages=int(data["n_pages"]),
+            repairs=Counter(data["repairs"]),
+        )
+
+    def metadata(self) -> dict[str, Any]:
+        """What the Document keeps: the structure chunks are cut along and cite."""
+        meta: dict[str, Any] = {}
+        if self.pages:
+            meta["pages"] = [list(p) for p in self.pages]
+        if self.headings:
+            meta["headings"] = [list(h) for h in self.headings]
+        return meta
+
+
+class Skipped(Exception):
+    """A file that gives no document: ``reason`` is one of SKIP_REASONS, the message says it for a user."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        assert reason in SKIP_REASONS, reason
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def nest(path: list[tuple[int, str]], level: int, heading: str) -> list[tuple[int, str]]:
+    """The heading path after a heading of ``level``: the headings above it, then it (a skipped level,
+    ``#`` then ``###``, nests under the nearest higher one)."""
+    return [*(p for p in path if p[0] < level), (level, heading)]
+
+
+def path_name(path: list[tuple[int, str]]) -> str:
+    return " > ".join(h for _, h in path)

