@@ -24,7 +24,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import numpy as np
 
 from composer.embedding import CachedEmbedder, EmbeddingCache, cache_key, make_embedder
-from composer.pipeline.config import EmbeddingConfig
+from composer.embedding.config import EmbeddingConfig
 
 ARCD = Path(__file__).resolve().parents[1] / "examples" / "arcd" / "corpus.jsonl"
 

@@ -47,9 +47,10 @@ import numpy as np
 from composer.chunking import chunk_corpus
 from composer.data import load_corpus, load_questions
 from composer.embedding import Embedder, make_embedder
+from composer.embedding.config import EmbeddingConfig, Precision
 from composer.embedding.sbert import SentenceTransformerEmbedder, cpu_has_fast_bfloat16
 from composer.metrics.retrieval import hit_rate, ndcg
-from composer.pipeline.config import EmbeddingConfig, PipelineConfig, Precision
+from composer.pipeline.config import PipelineConfig
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO / "examples" / "arcd"

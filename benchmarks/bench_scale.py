@@ -46,8 +46,8 @@ DEFAULT_CACHE = Path.home() / ".cache" / "composer-bench" / "scale"
 def corpus_file(n_chunks: int, cache: Path) -> Path:
     """ARCD plus distractors up to ~``n_chunks`` paragraph chunks (written once, seeded)."""
     from composer.chunking.chunk import chunk_document
+    from composer.chunking.config import ChunkingConfig
     from composer.data import Document
-    from composer.pipeline.config import ChunkingConfig
 
     path = cache / f"arcd-plus-{n_chunks}.jsonl"
     if path.exists():

@@ -14,9 +14,9 @@ from typing import get_args
 import pytest
 
 from composer.chunking import Chunk, chunk_corpus, chunk_document
+from composer.chunking.config import ChunkingConfig
 from composer.chunking.methods import METHODS
 from composer.data.types import Corpus, Document
-from composer.pipeline.config import ChunkingConfig
 from composer.text import sentence_spans
 
 ALL_METHODS = ["paragraph", "fixed_chars", "sentence", "recursive"]

@@ -17,12 +17,12 @@ from typer.testing import CliRunner
 
 import composer
 from composer.chunking import chunk_document
+from composer.chunking.config import ChunkingConfig
 from composer.data import Document, load_corpus, load_questions
 from composer.documents import folder as folder_module
 from composer.documents.cache import FILENAME
 from composer.documents.repair import repair_pages
 from composer.errors import InputError
-from composer.pipeline.config import ChunkingConfig
 
 arabic_reshaper = pytest.importorskip("arabic_reshaper", reason="test extra arabic-reshaper not installed")
 fpdf = pytest.importorskip("fpdf", reason="test extra fpdf2 not installed")

@@ -28,10 +28,10 @@ from composer.embedding import (
     cache_key,
     make_embedder,
 )
+from composer.embedding.config import EmbeddingConfig
 from composer.embedding.remote import LiteLLMEmbedder
 from composer.embedding.sbert import SentenceTransformerEmbedder
 from composer.errors import ComposerError
-from composer.pipeline.config import EmbeddingConfig
 
 
 def _cos(a: np.ndarray, b: np.ndarray) -> float:

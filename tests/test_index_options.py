@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from composer.chunking import chunk_corpus
+from composer.chunking.config import ChunkingConfig
 from composer.data import Corpus, Document
-from composer.pipeline.config import ChunkingConfig
 from composer.pipeline.pipeline import Pipeline
 from composer.pipeline.workspace import Workspace
 

@@ -16,9 +16,9 @@ import pytest
 from composer.data import Corpus, Document, Hit, Question
 from composer.embedding import CachedEmbedder, EmbeddingCache, PrefixedEmbedder
 from composer.errors import ComposerError
-from composer.pipeline.config import RerankConfig
 from composer.pipeline.pipeline import Pipeline
 from composer.retrieval import CrossEncoderReranker, MmrReranker, NoReranker, make_reranker, mmr_order
+from composer.retrieval.config import RerankConfig
 
 
 def unit(*rows: list[float]) -> np.ndarray:

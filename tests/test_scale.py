@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from composer.embedding.config import EmbeddingConfig
 from composer.errors import ComposerError
 from composer.index import bm25
 from composer.index.bm25 import Bm25Encoder, SparseRows, SparseVector, token_id
-from composer.pipeline.config import EmbeddingConfig, PipelineConfig
+from composer.pipeline.config import PipelineConfig
 from composer.text import detect_language
 from composer.text.analyzers import Analyzer
 

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from composer.chunking.config import ChunkingConfig
 from composer.chunking.methods import METHODS
 from composer.chunking.spans import Span
 from composer.data.types import Corpus, Document
-from composer.pipeline.config import ChunkingConfig
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from composer.embedding.base import PrefixedEmbedder
+from composer.embedding.config import Device, Precision
 from composer.errors import ComposerError
-from composer.pipeline.config import Device, Precision
 
 logger = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from composer.embedding.config import EmbeddingConfig
 from composer.judges.panel import JudgeSettings
 from composer.llm.config import LLMConfig, TokenPrice, check_env_name, judge_config
-from composer.pipeline.config import EmbeddingConfig
 
 _LLM_FIELDS = ("api_base", "api_key_env", "timeout", "max_concurrency", "max_retries", "price")
 

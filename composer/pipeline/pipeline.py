@@ -26,11 +26,12 @@ from composer.embedding import CachedEmbedder
 from composer.errors import ComposerError
 from composer.generation import Answer, Generator, answer_questions, contexts_for
 from composer.llm import LLMClient, LLMConfig, judge_config
-from composer.pipeline.config import BM25_SETTINGS, PipelineConfig, load_pipeline_config
+from composer.pipeline.config import PipelineConfig, load_pipeline_config
 from composer.pipeline.indexing import IndexHandle, open_or_build
 from composer.pipeline.workspace import Workspace, shared_embedder
 from composer.retrieval import Reranker, make_reranker
 from composer.retrieval.candidates import Search
+from composer.retrieval.config import BM25_SETTINGS
 from composer.retrieval.expansion import Expansion, QueryExpander
 from composer.retrieval.retriever import Branches, Latency, Retriever
 

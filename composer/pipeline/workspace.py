@@ -14,12 +14,13 @@ from collections.abc import Hashable
 from pathlib import Path
 
 from composer.chunking import Chunk, chunk_corpus
+from composer.chunking.config import ChunkingConfig
 from composer.data.types import Corpus
 from composer.embedding import Embedder, EmbeddingCache, make_embedder
+from composer.embedding.config import EmbeddingConfig
 from composer.generation.generator import Answer
 from composer.index import VectorIndex, open_index
 from composer.llm import LLMClient, LLMConfig
-from composer.pipeline.config import ChunkingConfig, EmbeddingConfig
 from composer.pipeline.indexing import IndexHandle
 from composer.retrieval.candidates import CandidateStore
 from composer.retrieval.expansion import Expansion

@@ -15,7 +15,7 @@ from composer.data.types import Hit
 from composer.embedding import CachedEmbedder, EmbeddingCache, cache_key
 from composer.embedding.sbert import hub_commit, local_model_digest, quiet_transformers_loading
 from composer.errors import ComposerError
-from composer.pipeline.config import RerankConfig
+from composer.retrieval.config import RerankConfig
 
 if TYPE_CHECKING:
     from composer.llm.client import LLMClient

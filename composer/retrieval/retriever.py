@@ -15,8 +15,8 @@ import numpy.typing as npt
 
 from composer.data.ranking import NONE, ChunkTable, Ranking, trec_sorted
 from composer.data.types import Hit, Question
-from composer.pipeline.config import RetrievalConfig
 from composer.retrieval.candidates import CandidateStore, Lists, Search
+from composer.retrieval.config import RetrievalConfig
 from composer.retrieval.expansion import Expansion, QueryExpander
 from composer.retrieval.fusion import Items, Scores, fuse_hybrid, fuse_rrf
 from composer.retrieval.rerank import Reranker

