@@ -29,7 +29,7 @@ from composer.study._workers import (
     twin_retry,
 )
 from composer.study.experiment import StopConfig
-from composer.study.record import TrialRecord, failure_of
+from composer.study.record import Fate, TrialRecord, failure_of, fate_of
 
 if TYPE_CHECKING:
     import optuna
@@ -51,30 +51,20 @@ class SurplusTrial(ComposerError):
     """A trial started after the study's target was reached (by other workers): failed unscored."""
 
 
-def holding_states() -> tuple[optuna.trial.TrialState, ...]:
-    """The trials that hold one of the study's ``n_trials`` slots: finished ones and those another
-    worker is running. Waiting trials (enqueued, or a retry of a dead worker's) hold none: they are
-    what is left to run, so counting them would stop the study before running them."""
-    from optuna.trial import TrialState
-
-    return TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING
+HOLDS_A_SLOT: frozenset[Fate] = frozenset({"complete", "pruned", "running"})
+"""Trials that hold one of the study's ``n_trials`` slots: distinct configurations that ran, and those
+another worker is running. Waiting trials (enqueued, or a retry of a dead worker's) hold none: they are
+what is left to run, so counting them would stop the study before running them."""
 
 
 def distinct(trials: Sequence[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
     """Trials that are not a repeat of an earlier trial's configuration (repeats are marked when they end;
     a running trial counts as distinct until then)."""
-    out = []
-    for t in trials:
-        record = TrialRecord.of(t)
-        if record is None or record.duplicate_of is None:
-            out.append(t)
-    return out
+    return [t for t in trials if fate_of(t) != "repeat"]
 
 
 def finished_distinct(study: optuna.Study) -> int:
-    from optuna.trial import TrialState
-
-    return len(distinct(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))))
+    return sum(1 for t in study.get_trials(deepcopy=False) if fate_of(t) in ("complete", "pruned"))
 
 
 def target_reached(
@@ -83,19 +73,16 @@ def target_reached(
     before: int | None = None,
     trials: Sequence[optuna.trial.FrozenTrial] | None = None,
 ) -> bool:
-    """``target`` distinct slot-holding trials (numbered below ``before``), or the repeat allowance spent;
-    ``trials`` the study's, when already read."""
-    from optuna.trial import TrialState
-
-    counted = (*holding_states(), TrialState.FAIL)
-    trials = [
-        t
+    """``target`` distinct slot-holding trials (numbered below ``before``), or the repeat allowance spent
+    (by those, repeats and invalid sampled combinations); ``trials`` the study's, when already read."""
+    fates = [
+        fate_of(t)
         for t in (study.get_trials(deepcopy=False) if trials is None else trials)
-        if t.state in counted and (before is None or t.number < before)
+        if before is None or t.number < before
     ]
-    holding = [t for t in trials if t.state != TrialState.FAIL]
-    spent = len(holding) + sum(1 for t in trials if failure_of(t) == "invalid")
-    return len(distinct(holding)) >= target or spent >= REPEAT_ALLOWANCE * target
+    holding = sum(1 for f in fates if f in HOLDS_A_SLOT)
+    spent = holding + sum(1 for f in fates if f in ("repeat", "invalid"))
+    return holding >= target or spent >= REPEAT_ALLOWANCE * target
 
 
 TrialHook = Callable[["optuna.Study", "optuna.trial.FrozenTrial", "Sequence[optuna.trial.FrozenTrial]"], None]
@@ -301,11 +288,7 @@ class FailureGuard:
     def check(self, trials: Sequence[optuna.trial.FrozenTrial]) -> str | None:
         from optuna.trial import TrialState
 
-        ended = [
-            t
-            for t in distinct(trials)
-            if t.state in (TrialState.COMPLETE, TrialState.PRUNED) or failure_of(t) == "error"
-        ]
+        ended = [t for t in trials if fate_of(t) in ("complete", "pruned", "error")]
         ended.sort(key=lambda t: t.number)
         failed = [t for t in ended if t.state == TrialState.FAIL]
         run, share = self.config.consecutive_failures, self.config.failed_share
