@@ -16,14 +16,15 @@ import math
 import re
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import yaml
 
-from composer.data.ranking import ChunkTable
+from composer.data.ranking import NONE, ChunkTable, Ranking
 from composer.errors import InputError
 from composer.files import write_atomic
 from composer.locks import FileLock
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     import pandas as pd
     from mlflow import MlflowClient
     from mlflow.entities import LiveSpan, Param
+
+    from composer.evaluation.report import SampleTable
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +59,8 @@ EXPERIMENT_NOTE = (
     "The parent run holds the study's charts (`plots/*.png`), leaderboard and best config."
 )
 QUESTION_TABLE = "questions.json"
+MLFLOW_LOGGED_ARTIFACTS = "mlflow.loggedArtifacts"
+"""The run tag through which MLflow's UI shows an artifact as a table (``MlflowClient.log_table`` sets it)."""
 
 _METRIC_NAME = re.compile(r"[^\w\-. /]")
 
@@ -277,7 +282,11 @@ class RunWriter:
             "composer.traces",
             "skipped: the MLflow writer was behind the trials; every question is in traces.jsonl",
         )]
-        self.client.log_batch(run_id, metrics=metrics, params=mlflow_params(config or {}), tags=late)
+        # The question table is a table to MLflow's UI by this tag, as log_table sets it; written with the
+        # other artifacts (log_table itself lists, uploads and re-reads the run: ~0.16 s a trial).
+        shown = [RunTag(MLFLOW_LOGGED_ARTIFACTS, json.dumps([{"path": QUESTION_TABLE, "type": "table"}]))]
+        tags_out = late + (shown if log.report is not None else [])
+        self.client.log_batch(run_id, metrics=metrics, params=mlflow_params(config or {}), tags=tags_out)
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp)
             if config is not None:
@@ -286,6 +295,8 @@ class RunWriter:
                 )
             if log.report is not None:
                 log.report.save(out, texts=False)
+                table = question_table(log.report.table, self.expectations)
+                write_atomic(out / QUESTION_TABLE, json.dumps(table, ensure_ascii=False))
             elif log.error_rates is not None:
                 write_atomic(
                     out / "error_rates.json",
@@ -293,8 +304,6 @@ class RunWriter:
                 )
             self.client.log_artifacts(run_id, str(out))
         if log.report is not None:
-            table = question_table(log.report.samples, self.expectations)
-            self.client.log_table(run_id, table, QUESTION_TABLE)
             self._chunks(log.report)
         if traced:
             self._traces(run_id, log)
@@ -594,29 +603,36 @@ def trial_run_name(number: int) -> str:
     return f"trial-{number:03d}"
 
 
-def question_table(
-    samples: Sequence[Any], expectations: Mapping[str, Mapping[str, Any]]
-) -> dict[str, list[Any]]:
+def question_table(table: SampleTable, expectations: Mapping[str, Mapping[str, Any]]) -> dict[str, list[Any]]:
     """A trial's per-question table (question, gold, retrieved ids, answer, metrics, error), worst first
-    by the mean of its metrics: columns for ``MlflowClient.log_table``, which the UI shows as a table."""
-    metric_names = list(dict.fromkeys(name for s in samples for name in s.metrics))
-    columns = ["question_id", "question", "expected_ids", "retrieved_ids", "answer", "expected_response",
-               *metric_names, "error"]
-
-    def mean(sample: Any) -> float:
-        values = [v for v in sample.metrics.values() if v is not None]
-        return sum(values) / len(values) if values else float("inf")
-
+    by the mean of its metrics, in the layout MLflow's table artifacts have (``{"columns", "data"}``, as
+    pandas' ``orient="split"``), which the UI shows as a table. Read from the report's columns: it is
+    written for every trial, 1,395 questions in ~10 ms."""
+    n = len(table)
+    names = [name for name, column in table.metrics.items() if not np.isnan(column).all()]
+    matrix = np.column_stack([table.metrics[name] for name in names]) if names else np.empty((n, 0))
+    scored = (~np.isnan(matrix)).sum(axis=1)
+    means = np.where(scored > 0, np.nansum(matrix, axis=1) / np.maximum(scored, 1), np.inf)
+    values = [[None if math.isnan(v) else v for v in row] for row in matrix.tolist()]
+    retrieved = table.retrieved
+    if isinstance(retrieved, Ranking):
+        ids, items = retrieved.table.ids, retrieved.items.tolist()
+        hit_ids = [[ids[i] for i in row if i != NONE] for row in items]
+    else:
+        hit_ids = [[h.id for h in hits] for hits in retrieved or [[] for _ in range(n)]]
+    answers = table.answers if table.answers is not None else [None] * n
     rows = []
-    for s in sorted(samples, key=mean):
-        gold = expectations.get(s.question_id, {})
+    for row in np.argsort(means, kind="stable").tolist():
+        gold = expectations.get(table.question_ids[row], {})
+        error = table.errors.get(row)
         rows.append([
-            s.question_id, s.question, list(gold.get("expected_ids", ())), [h.id for h in s.retrieved],
-            s.answer, gold.get("expected_response"),
-            *(None if (v := s.metrics.get(n)) is None or math.isnan(v) else float(v) for n in metric_names),
-            None if s.error is None else f"{s.error.stage}: {s.error.kind}: {s.error.message}",
+            table.question_ids[row], table.questions[row], list(gold.get("expected_ids", ())), hit_ids[row],
+            answers[row], gold.get("expected_response"), *values[row],
+            None if error is None else f"{error.stage}: {error.kind}: {error.message}",
         ])
-    return {name: [row[i] for row in rows] for i, name in enumerate(columns)}
+    columns = ["question_id", "question", "expected_ids", "retrieved_ids", "answer", "expected_response",
+               *names, "error"]
+    return {"columns": columns, "data": rows}
 
 
 def read_question_table(client: MlflowClient, run_id: str) -> pd.DataFrame:
