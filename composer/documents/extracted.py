@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,3 +72,30 @@ def nest(path: list[tuple[int, str]], level: int, heading: str) -> list[tuple[in
 
 def path_name(path: list[tuple[int, str]]) -> str:
     return " > ".join(h for _, h in path)
+
+
+def assemble(
+    blocks: Iterable[tuple[int, str]], what: str
+) -> tuple[str, list[tuple[int, str]], str, Counter[str]]:
+    """Blocks (heading level, 0 for body text; text) as one repaired text, paragraphs apart: the text, its
+    headings as (offset, heading path), the first heading, and the repairs by kind. A file whose blocks
+    hold no text is skipped as empty (``what`` names it: "Word file")."""
+    from composer.documents.repair import repair_text
+
+    repairs: Counter[str] = Counter()
+    text, headings, first_heading = "", [], ""
+    path: list[tuple[int, str]] = []
+    for level, raw in blocks:
+        block = repair_text(raw, repairs).strip()
+        if not block:
+            continue
+        if text:
+            text += "\n\n"
+        if level:
+            path = nest(path, level, block)
+            headings.append((len(text), path_name(path)))
+            first_heading = first_heading or block
+        text += block
+    if not text:
+        raise Skipped("empty", f"{what} holds no text")
+    return text, headings, first_heading, repairs

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections import Counter
 from typing import Any
 
-from composer.documents.extracted import Extracted, Skipped, nest, path_name
-from composer.documents.repair import repair_text
+from composer.documents.extracted import Extracted, Skipped, assemble
 
 CHROME = ("script", "style", "noscript", "template", "svg", "nav", "header", "footer", "aside", "form",
           "button", "iframe")
@@ -36,22 +34,7 @@ def read_html(data: bytes, stem: str) -> Extracted:
     for tag in soup.select(_CHROME_ROLES):
         tag.decompose()
     root = soup.find("main") or soup.find("article") or soup.body or soup
-    repairs: Counter[str] = Counter()
-    text, headings = "", []
-    path: list[tuple[int, str]] = []
-    for level, block in _blocks(root):
-        block = repair_text(block, repairs).strip()
-        if not block:
-            continue
-        if text:
-            text += "\n\n"
-        if level:
-            path = nest(path, level, block)
-            headings.append((len(text), path_name(path)))
-        text += block
-    if not text:
-        raise Skipped("empty", "HTML page holds no text")
-    first = next((h for _, h in headings), "")
+    text, headings, first, repairs = assemble(_blocks(root), "HTML page")
     return Extracted(text=text, title=page_title or first or stem, headings=headings, repairs=repairs)
 
 

@@ -11,7 +11,7 @@ import zipfile
 from collections import Counter
 from typing import Any
 
-from composer.documents.extracted import Extracted, Skipped, nest, path_name
+from composer.documents.extracted import Extracted, Skipped, assemble
 from composer.documents.repair import repair_text
 
 MAX_UNPACKED_BYTES = 512 * 2**20
@@ -43,22 +43,7 @@ def read_docx(data: bytes, stem: str) -> Extracted:
         core_title = (document.core_properties.title or "").strip()
     except Exception as e:  # python-docx raises KeyError, lxml and zip errors for damaged files
         raise Skipped("unreadable", f"not a readable Word file ({type(e).__name__}: {e})") from e
-    repairs: Counter[str] = Counter()
-    text, headings, first_heading = "", [], ""
-    path: list[tuple[int, str]] = []
-    for level, block in blocks:
-        block = repair_text(block, repairs).strip()
-        if not block:
-            continue
-        if text:
-            text += "\n\n"
-        if level:
-            path = nest(path, level, block)
-            headings.append((len(text), path_name(path)))
-            first_heading = first_heading or block
-        text += block
-    if not text:
-        raise Skipped("empty", "Word file holds no text")
+    text, headings, first_heading, repairs = assemble(blocks, "Word file")
     return Extracted(text=text, title=core_title or first_heading or stem, headings=headings, repairs=repairs)
 
 
