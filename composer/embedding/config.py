@@ -11,6 +11,8 @@ from composer.settings import Strict
 Precision = Literal["float32", "bfloat16"]
 Device = Literal["cpu", "cuda", "auto"]
 _TORCH_PROVIDERS = ("sentence-transformers", "minilm")
+LOCAL_DEFAULTS = {"precision": "float32", "device": "cpu"}
+"""What precision and device are for a model Composer does not run itself (the only values allowed)."""
 """The providers whose model Composer runs itself with torch, and so whose precision it chooses."""
 
 
@@ -49,24 +51,14 @@ class EmbeddingConfig(Strict):
             raise ValueError(f"provider '{provider}' needs 'model'")
         return model
 
-    @field_validator("precision")
+    @field_validator("precision", "device")
     @classmethod
-    def _precision_needs_local_model(cls, precision: Precision, info: ValidationInfo) -> Precision:
-        provider = info.data.get("provider")
-        if precision != "float32" and provider not in _TORCH_PROVIDERS:
+    def _local_model_setting(cls, value: str, info: ValidationInfo) -> str:
+        """Precision and device are chosen only for a model Composer runs itself with torch."""
+        provider, name = info.data.get("provider"), str(info.field_name)
+        if value != LOCAL_DEFAULTS[name] and provider not in _TORCH_PROVIDERS:
             raise ValueError(
-                f"precision '{precision}' needs a model Composer runs itself (provider sentence-transformers "
-                f"or minilm); provider '{provider}' has no precision to choose"
+                f"{name} '{value}' needs a model Composer runs itself (provider sentence-transformers or "
+                f"minilm); provider '{provider}' has no {name} to choose"
             )
-        return precision
-
-    @field_validator("device")
-    @classmethod
-    def _device_needs_local_model(cls, device: Device, info: ValidationInfo) -> Device:
-        provider = info.data.get("provider")
-        if device != "cpu" and provider not in _TORCH_PROVIDERS:
-            raise ValueError(
-                f"device '{device}' needs a model Composer runs itself (provider sentence-transformers or "
-                f"minilm); provider '{provider}' has no device to choose"
-            )
-        return device
+        return value
