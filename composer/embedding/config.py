@@ -11,9 +11,9 @@ from composer.settings import Strict
 Precision = Literal["float32", "bfloat16"]
 Device = Literal["cpu", "cuda", "auto"]
 _TORCH_PROVIDERS = ("sentence-transformers", "minilm")
+"""The providers whose model Composer runs itself with torch, and so whose precision and device it chooses."""
 LOCAL_DEFAULTS = {"precision": "float32", "device": "cpu"}
 """What precision and device are for a model Composer does not run itself (the only values allowed)."""
-"""The providers whose model Composer runs itself with torch, and so whose precision it chooses."""
 
 
 class EmbeddingConfig(Strict):
