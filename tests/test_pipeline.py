@@ -430,7 +430,7 @@ def test_from_config_accepts_a_yaml_path(arcd: tuple[Corpus, QuestionSet], tmp_p
     assert len(pipeline.search(arcd[1].questions[0].question)) == 2
 
 
-def test_progress_hook_reports_encode_index_and_query(
+def test_progress_hook_reports_analyze_encode_index_and_query(
     arcd: tuple[Corpus, QuestionSet], tmp_path: Path
 ) -> None:
     corpus = Corpus(arcd[0].documents[:6], source="arcd[:6]")
@@ -449,7 +449,8 @@ def test_progress_hook_reports_encode_index_and_query(
     by_stage: dict[str, list[tuple[int, int]]] = {}
     for stage, done, total in events:
         by_stage.setdefault(stage, []).append((done, total))
-    assert set(by_stage) == {"encode", "index", "query"}
+    assert set(by_stage) == {"analyze", "encode", "index", "query"}
+    assert by_stage["analyze"][-1] == (2 * info.n_chunks, 2 * info.n_chunks)  # languages, then tokens
     assert all(0 <= done <= total for _, done, total in events)
     assert all(ticks[-1][0] == ticks[-1][1] for ticks in by_stage.values())
     assert by_stage["index"][-1] == (info.n_chunks, info.n_chunks)

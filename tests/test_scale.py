@@ -4,6 +4,8 @@ index keys that differ only in k1, b or title weight; the embedding ``device`` s
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +16,7 @@ import pytest
 
 from composer.embedding.config import EmbeddingConfig
 from composer.errors import ComposerError
-from composer.index import bm25
+from composer.index import bm25, parallel
 from composer.index.bm25 import Bm25Encoder, SparseRows, SparseVector, token_id
 from composer.pipeline.config import PipelineConfig
 from composer.text import detect_language
@@ -73,6 +75,64 @@ def test_vectorized_fit_gives_the_per_document_vectors_bit_for_bit(options: dict
     expected = reference_fit(texts, titles, **options)
     assert len(vectors) == len(expected)
     assert list(vectors) == expected  # same ids, same float64 weights, exactly
+
+
+@pytest.mark.parametrize("options", [{}, {"title_weight": 2.0}, {"analyzer": "plain"}])
+def test_analysis_in_worker_processes_gives_the_same_vectors(
+    monkeypatch: pytest.MonkeyPatch, options: dict[str, Any]
+) -> None:
+    texts, titles = arcd()
+    bm25._TERM_COUNTS.clear()
+    serial_encoder, serial = Bm25Encoder.fit(texts, titles, **options)
+    bm25._TERM_COUNTS.clear()
+    workers: list[int] = []
+    run = parallel._in_worker
+
+    def counted(func: Any, args: tuple[Any, ...]) -> Any:
+        workers.append(len(args[0] if func is bm25._detect else args[1]))
+        return run(func, args)
+
+    monkeypatch.setattr(parallel, "PARALLEL_MIN", 10)
+    monkeypatch.setattr(parallel, "cores", lambda: 3)
+    monkeypatch.setattr(parallel, "_in_worker", counted)
+    encoder, vectors = Bm25Encoder.fit(texts, titles, **options)
+    passes = 1 if options.get("analyzer") == "plain" else 2  # plain detects no language
+    assert len(workers) >= 3 * passes and sum(workers) >= passes * len(texts), "the analysis ran in workers"
+    assert encoder == serial_encoder
+    assert list(vectors) == list(serial)  # same ids, same float64 weights, exactly
+
+
+def test_a_failing_worker_is_a_clear_error_and_shards_cover_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "cores", lambda: 3)
+    monkeypatch.setattr(parallel, "PARALLEL_MIN", 5)
+    assert parallel.shards(4) == [slice(0, 4)]
+    items = list(range(100))
+    cut = parallel.shards(100)
+    assert len(cut) == 3 * parallel.SHARDS_PER_CORE and [i for s in cut for i in items[s]] == items
+    assert len(parallel.shards(7)) == 7, "never an empty shard"
+    monkeypatch.setattr(parallel, "SHARDS_PER_CORE", 1)
+    assert [items[:10][s] for s in parallel.shards(10)] == [[0, 1, 2], [3, 4, 5], [6, 7, 8, 9]]
+    finished: list[int] = []
+    assert parallel.map_shards(len, [([1],), ([1, 2],), ([],)], finished.append) == [1, 2, 0]
+    assert sorted(finished) == [0, 1, 2]
+    with pytest.raises(ComposerError, match=r"worker process running detect_language failed: .*TypeError"):
+        parallel.map_shards(detect_language, [(1,), (2,)])
+
+
+def test_an_unguarded_script_is_not_rerun_by_the_workers(tmp_path: Path) -> None:
+    """A user's script without ``if __name__ == "__main__"`` runs once (multiprocessing's spawn would
+    run its top level again in every worker)."""
+    script = tmp_path / "study.py"
+    script.write_text(
+        "from composer.index import bm25, parallel\n"
+        "parallel.PARALLEL_MIN = 2\n"
+        "print('top level ran')\n"
+        "_, rows = bm25.Bm25Encoder.fit(['النيل نهر', 'نهر طويل', 'the Nile'] * 4)\n"
+        "print(len(rows))\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["top level ran", "12"]
 
 
 @pytest.mark.parametrize("name", ["default", "plain", "isri", "tashaphyne", "rishe"])

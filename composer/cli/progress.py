@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from composer.pipeline.pipeline import ProgressHook
 
-_LABELS = {"encode": "encoding", "index": "indexing", "query": "querying"}
+_LABELS = {"analyze": "analyzing (BM25)", "encode": "encoding", "index": "indexing", "query": "querying"}
 
 
 @contextmanager

@@ -2,14 +2,15 @@
 
 A collection holds, per chunk, a named dense vector ``"dense"`` (cosine; absent for BM25-only indexes), a
 sparse vector ``"bm25"`` with Qdrant's IDF modifier (see ``composer.index.bm25``) and the payload
-``chunk_id, doc_id, text, start, end``. Building is ``create`` → ``upsert``… → ``finish``; only a finished
-collection ``exists``, so a build that crashed half-way is rebuilt rather than reused. A finished collection
-whose files no longer read back as built raises ``IndexDamaged`` (``composer.pipeline.indexing`` then
-rebuilds it).
+``chunk_id, doc_id, start, end`` (and ``text`` on a server, for its other readers). Building is ``create``
+→ ``upsert``… → ``finish``; only a finished collection ``exists``, so a build that crashed half-way is
+rebuilt rather than reused. A finished collection whose files no longer read back as built raises
+``IndexDamaged`` (``composer.pipeline.indexing`` then rebuilds it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
@@ -39,7 +40,7 @@ Fusion = Literal["rrf", "dbsf"]
 
 UPSERT_BATCH = 256
 QUERY_BATCH = 256
-_POINT_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "composer/index/point")
+_NAMESPACE_BYTES = uuid.uuid5(uuid.NAMESPACE_URL, "composer/index/point").bytes
 
 T = TypeVar("T")
 Point = tuple[str, dict[str, Any], dict[str, Any]]
@@ -138,18 +139,25 @@ class VectorIndex(Protocol):
 
 
 def point_id(chunk_id: str) -> str:
-    """uuid5 of the chunk id: re-upserting a chunk overwrites it, batches need no shared counter."""
-    return str(uuid.uuid5(_POINT_NAMESPACE, chunk_id))
+    """uuid5 of the chunk id: re-upserting a chunk overwrites it, batches need no shared counter.
+
+    ``str(uuid.uuid5(namespace, chunk_id))`` computed without the ``UUID`` object, ~4x faster: a
+    million-chunk corpus needs two million of them (its upsert and its handle's point table)."""
+    digest = bytearray(hashlib.sha1(_NAMESPACE_BYTES + chunk_id.encode("utf-8")).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def payload(chunk: ChunkLike) -> dict[str, Any]:
-    return {
-        "chunk_id": chunk.id,
-        "doc_id": chunk.doc_id,
-        "text": chunk.text,
-        "start": chunk.start,
-        "end": chunk.end,
-    }
+def payload(chunk: ChunkLike, *, text: bool = True) -> dict[str, Any]:
+    """Where a point comes from, and with ``text`` the chunk's text (for other readers of a server's
+    collection; Composer itself reads none of it back)."""
+    data: dict[str, Any] = {"chunk_id": chunk.id, "doc_id": chunk.doc_id, "start": chunk.start,
+                            "end": chunk.end}
+    if text:
+        data["text"] = chunk.text
+    return data
 
 
 def batched(items: list[T], size: int) -> Iterator[list[T]]:
@@ -162,9 +170,12 @@ def point_batches(
     dense: np.ndarray | None,
     sparse: Sequence[SparseVector] | None,
     sparse_type: Callable[[SparseVector], Any],
+    *,
+    text: bool = True,
 ) -> Iterator[list[Point]]:
     """The points of an upsert, checked at once and built one batch of ``UPSERT_BATCH`` at a time (a
-    whole corpus as Python float lists would not fit); ``sparse_type`` makes the binding's sparse vector.
+    whole corpus as Python float lists would not fit); ``sparse_type`` makes the binding's sparse vector,
+    ``text`` puts the chunk's text in the payload.
 
     Rows must line up with chunks: a silent misalignment would index vectors under the wrong text.
     """
@@ -174,7 +185,8 @@ def point_batches(
         raise ValueError(f"dense has shape {dense.shape}, expected ({len(chunks)}, dim)")
     if sparse is not None and len(sparse) != len(chunks):
         raise ValueError(f"{len(sparse)} sparse vectors for {len(chunks)} chunks")
-    return (_points(lo, chunks, dense, sparse, sparse_type) for lo in range(0, len(chunks), UPSERT_BATCH))
+    return (_points(lo, chunks, dense, sparse, sparse_type, text)
+            for lo in range(0, len(chunks), UPSERT_BATCH))
 
 
 def _points(
@@ -183,6 +195,7 @@ def _points(
     dense: np.ndarray | None,
     sparse: Sequence[SparseVector] | None,
     sparse_type: Callable[[SparseVector], Any],
+    text: bool,
 ) -> list[Point]:
     """The batch of points starting at chunk ``lo``."""
     hi = min(lo + UPSERT_BATCH, len(chunks))
@@ -194,7 +207,7 @@ def _points(
             vector[DENSE] = rows[i - lo]
         if sparse is not None:
             vector[SPARSE] = sparse_type(sparse[i])
-        points.append((point_id(chunks[i].id), vector, payload(chunks[i])))
+        points.append((point_id(chunks[i].id), vector, payload(chunks[i], text=text)))
     return points
 
 

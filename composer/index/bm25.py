@@ -10,10 +10,11 @@ it knows neither our Arabic/Persian letter folding nor Persian at all.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
+from composer.index import parallel
 from composer.text import Language, detect_language
 from composer.text.analyzers import Analyzer, AnalyzerName
 
@@ -27,6 +28,10 @@ SCHEME = "composer-bm25/v2: composer.text.analyzers + title field (BM25F) + yeh/
 # Persian and Arabic yeh/kaf are one letter each: a query whose language detection differs from the
 # document's (short, mixed or Arabic-keyboard Persian) must still hash to the same ids.
 _SCRIPT_NEUTRAL = str.maketrans({"ی": "ي", "ک": "ك"})
+
+
+Report = Callable[[str, int, int], None]
+"""``report(stage, done, total)``, as ``composer.pipeline.indexing`` passes it on."""
 
 
 class SparseVector(NamedTuple):
@@ -75,14 +80,16 @@ class Bm25Encoder:
         k1: float = 1.2,
         b: float = 0.75,
         title_weight: float = 0.0,
+        report: Report | None = None,
     ) -> tuple[Bm25Encoder, SparseRows]:
         """Learn the fields' average lengths from the corpus and encode it in the same pass.
 
         The corpus's term counts are kept for the last few corpora (``_term_counts``): encoders that
-        differ only in ``k1``, ``b`` or ``title_weight`` recompute the weights, not the analysis."""
+        differ only in ``k1``, ``b`` or ``title_weight`` recompute the weights, not the analysis, which
+        ``report("analyze", texts done, texts)`` follows."""
         texts = list(texts)
         counts = _term_counts(Analyzer(analyzer, stem, stopwords), texts,
-                              titles if title_weight > 0 else None)
+                              titles if title_weight > 0 else None, report)
         n = len(texts)
         titled = counts.title.lengths[counts.title.lengths > 0] if counts.title is not None else None
         enc = cls(
@@ -229,7 +236,9 @@ class SparseRows(Sequence[SparseVector]):
 
 @dataclass(frozen=True)
 class _Field:
-    """One field's term counts over a corpus (CSR over token ids, ascending per row) and token lengths."""
+    """One field's term counts over a corpus (CSR over token ids, ascending per row) and token lengths.
+    Ids are uint32 (crc32) and counts int32: half of int64/float64's memory, and a count turns into the
+    same float64 in the weighting."""
 
     indptr: np.ndarray
     terms: np.ndarray
@@ -252,13 +261,18 @@ class _Counts:
     title: _Field | None
 
 
+COUNT_BLOCK = 16_384
+"""Texts whose token keys ``_count_field`` sorts at once."""
+
 TERM_COUNTS_KEPT = 2
 """Corpora whose term counts ``fit`` keeps: a study's index keys over one chunking that differ only in
 k1, b or title weight analyze the chunks once (200,000 paragraphs: ~100 MB each)."""
 _TERM_COUNTS: list[tuple[Analyzer, list[str], Sequence[str] | None, _Counts]] = []
 
 
-def _term_counts(analysis: Analyzer, texts: list[str], titles: Sequence[str] | None) -> _Counts:
+def _term_counts(
+    analysis: Analyzer, texts: list[str], titles: Sequence[str] | None, report: Report | None = None
+) -> _Counts:
     """``_count`` memoized over the last ``TERM_COUNTS_KEPT`` corpora (compared by value: the same chunk
     objects make that an identity check per text). A known corpus given titles anew counts only those."""
     for i, (known, known_texts, known_titles, counts) in enumerate(_TERM_COUNTS):
@@ -271,8 +285,10 @@ def _term_counts(analysis: Analyzer, texts: list[str], titles: Sequence[str] | N
             _TERM_COUNTS.insert(0, _TERM_COUNTS.pop(i))
             return counts if titles is not None else _Counts(counts.language, counts.langs, counts.text, None)
     # Detected once: past detect_language's memo (65,536 texts) a second pass would cost as much again.
-    detected = None if analysis.name == "plain" else list(map(detect_language, texts))
-    counts = _count(analysis, analysis.collection_language(texts, detected), texts, titles, detected)
+    progress = _Progress(report, "analyze", 2 * len(texts) if analysis.name != "plain" else len(texts))
+    detected = None if analysis.name == "plain" else _detect_all(texts, progress)
+    counts = _count(analysis, analysis.collection_language(texts, detected), texts, titles, detected,
+                    progress)
     _TERM_COUNTS.insert(0, (analysis, texts, None if titles is None else list(titles), counts))
     del _TERM_COUNTS[TERM_COUNTS_KEPT:]
     return counts
@@ -284,6 +300,7 @@ def _count(
     texts: list[str],
     titles: Sequence[str] | None,
     detected: Sequence[Language] | None = None,
+    progress: _Progress | None = None,
 ) -> _Counts:
     """Term counts of the texts (and titles, each read in its text's language); ``detected``: the texts'
     ``detect_language`` when known."""
@@ -293,7 +310,7 @@ def _count(
         found = detected if detected is not None else list(map(detect_language, texts))
         # _reading's rule: Arabic-script text in the collection's language, the rest as detected.
         langs = [language if language is not None and d in ("ar", "fa") else d for d in found]
-    counts = _Counts(language, langs, _field(analysis, texts, langs), None)
+    counts = _Counts(language, langs, _field(analysis, texts, langs, progress), None)
     if titles is None:
         return counts
     return _Counts(language, langs, counts.text, _count_titles(analysis, counts, titles))
@@ -305,14 +322,73 @@ def _count_titles(analysis: Analyzer, counts: _Counts, titles: Sequence[str]) ->
     return _field(analysis, [t or "" for t in titles], counts.langs)
 
 
-def _field(analysis: Analyzer, texts: list[str], langs: list[Language | None]) -> _Field:
+class _Progress:
+    """``report(stage, done, total)`` advanced by shards of ``composer.index.parallel`` as they finish."""
+
+    def __init__(self, report: Report | None, stage: str, total: int) -> None:
+        self.report, self.stage, self.total, self.done = report, stage, total, 0
+
+    def shards(self, parts: list[slice]) -> Callable[[int], None] | None:
+        """The ``done`` callback for a ``map_shards`` over ``parts``."""
+        if self.report is None:
+            return None
+        report = self.report
+
+        def done(i: int) -> None:
+            self.done += parts[i].stop - parts[i].start
+            report(self.stage, self.done, self.total)
+
+        return done
+
+
+def _detect_all(texts: list[str], progress: _Progress | None = None) -> list[Language]:
+    """Every text's ``detect_language``, in worker processes for a large corpus (``index.parallel``)."""
+    parts = parallel.shards(len(texts))
+    found = parallel.map_shards(_detect, [(texts[part],) for part in parts],
+                                progress.shards(parts) if progress is not None else None)
+    return [lang for shard in found for lang in shard]
+
+
+def _detect(texts: list[str]) -> list[Language]:
+    return list(map(detect_language, texts))
+
+
+def _field(
+    analysis: Analyzer, texts: list[str], langs: list[Language | None], progress: _Progress | None = None
+) -> _Field:
+    """Each text's distinct token ids and their counts, in worker processes for a large corpus: texts are
+    counted independently, so the shards' rows joined are the corpus's rows."""
+    import numpy as np
+
+    parts = parallel.shards(len(texts))
+    calls = [(analysis, texts[part], langs[part]) for part in parts]
+    fields = parallel.map_shards(_count_field, calls,
+                                 progress.shards(parts) if progress is not None else None)
+    if len(fields) == 1:
+        return fields[0]
+    starts = np.cumsum([0] + [len(f.terms) for f in fields])
+    return _Field(np.concatenate([f.indptr[:-1] + s for f, s in zip(fields, starts, strict=False)]
+                                 + [starts[-1:]]),
+                  np.concatenate([f.terms for f in fields]), np.concatenate([f.counts for f in fields]),
+                  np.concatenate([f.lengths for f in fields]))
+
+
+def _count_field(analysis: Analyzer, texts: list[str], langs: list[Language | None]) -> _Field:
     """Count each text's distinct token ids (crc32 after the script-neutral fold: collisions merge)."""
     import numpy as np
 
     ids, offsets = analysis.encode_batch(texts, langs, token_id)
-    lengths = np.diff(offsets)
-    key = np.repeat(np.arange(len(texts), dtype=np.int64), lengths) << 32 | ids
-    uniq, counts = np.unique(key, return_counts=True)
-    rows = uniq >> 32
-    indptr = np.searchsorted(rows, np.arange(len(texts) + 1))
-    return _Field(indptr, uniq & 0xFFFFFFFF, counts.astype(np.float64), lengths)
+    ids = ids.astype(np.uint32)
+    lengths = np.diff(offsets).astype(np.int32)
+    terms, counts, distinct = [], [], []
+    for lo in range(0, len(texts), COUNT_BLOCK):  # a block's (row, term) keys at a time: 1/10 the memory
+        hi = min(lo + COUNT_BLOCK, len(texts))
+        rows = np.repeat(np.arange(hi - lo, dtype=np.int64), lengths[lo:hi])
+        key = rows << 32 | ids[offsets[lo]:offsets[hi]]
+        uniq, n = np.unique(key, return_counts=True)
+        terms.append((uniq & 0xFFFFFFFF).astype(np.uint32))
+        counts.append(n.astype(np.int32))
+        distinct.append(np.bincount(uniq >> 32, minlength=hi - lo))
+    indptr = np.concatenate([[0], np.cumsum(np.concatenate(distinct))]) if distinct else np.zeros(1, np.int64)
+    return _Field(indptr.astype(np.int64), np.concatenate(terms) if terms else np.zeros(0, np.uint32),
+                  np.concatenate(counts) if counts else np.zeros(0, np.int32), lengths)

@@ -56,6 +56,8 @@ if TYPE_CHECKING:
 # Exact search up to this size: a 20k x 384 scan answers 500 queries in ~0.3 s (numpy's pace, and numpy's
 # results), while building HNSW costs ~7 s here. Above it ``optimize`` builds HNSW: on clustered 20k x 384
 # vectors 3x faster than exact at recall@10 1.0 (on uniform random vectors HNSW recall drops to ~0.4).
+# A BM25-only collection is never optimized: on 100k ARCD-like chunks its searches took 0.62 s for 1,395
+# questions after ``optimize`` and 0.70 s without, while ``optimize`` took 5.4 s and 450 MB more memory.
 OPTIMIZE_MIN_POINTS = 20_000
 
 logger = logging.getLogger(__name__)
@@ -109,18 +111,20 @@ class EdgeBackend:
         import qdrant_edge as qe
 
         shard = self._shard(name)
-        for batch in point_batches(chunks, dense, sparse, _sparse):
+        # No chunk text in the payload: a shard is this work dir's alone, and its text is the corpus's
+        # (100k chunks: 160 MB less memory while building, 38% less disk).
+        for batch in point_batches(chunks, dense, sparse, _sparse, text=False):
             points = [qe.Point(pid, vector, data) for pid, vector, data in batch]
             shard.update(qe.UpdateOperation.upsert_points(points))
 
     def finish(self, name: str) -> None:
         shard = self._shard(name)
-        if self.count(name) >= self.optimize_min_points:
-            shard.optimize()
-        shard.flush()
         state = self._state(name)
         if state is None:
             raise IndexBuildLost(f"index {name!r} vanished during its build")
+        if state["dim"] and self.count(name) >= self.optimize_min_points:
+            shard.optimize()
+        shard.flush()
         self._write_state(name, {**state, "complete": True})
 
     def drop(self, name: str) -> None:

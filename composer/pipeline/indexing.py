@@ -51,7 +51,8 @@ to finish before this worker builds the index again itself."""
 BUILD_POLL_S = 0.5
 
 Report = Callable[[str, int, int], None]
-"""``report(stage, done, total)``: progress of "index" (and the embedder's "encode")."""
+"""``report(stage, done, total)``: progress of "analyze" (BM25's analysis: each text is read twice,
+language and tokens), "index" (and the embedder's "encode")."""
 
 
 class ExactScores:
@@ -140,7 +141,7 @@ def open_or_build(
     Analyzer(bm25_options["analyzer"], bm25_options["stem"]).require()
     table = chunk_table(key, chunks)
     texts = [c.indexed_text for c in chunks]
-    bm25, sparse = Bm25Encoder.fit(texts, titles, **bm25_options)
+    bm25, sparse = Bm25Encoder.fit(texts, titles, **bm25_options, report=report)
     dense = embedder.encode_passages(texts) if embedder is not None else None
     dim = None if dense is None else int(dense.shape[1])
     handle = IndexHandle(key, table, bm25, dim, ExactScores(sparse, dense))

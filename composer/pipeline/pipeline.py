@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 DEFAULT_WORKDIR = Path(".composer")
 
 ProgressHook = Callable[[str, int, int], None]
-"""``hook(stage, done, total)`` for stage in "encode", "index", "query", "answer"; the CLI draws Rich
-bars from it, a study's live view its status line."""
+"""``hook(stage, done, total)`` for stage in "analyze", "encode", "index", "query", "answer"; the CLI draws
+Rich bars from it, a study's live view its status line."""
 
 AnswerHook = Callable[[int], None]
 """``hook(n)``: n more questions answered (for live progress while a slow LLM answers)."""
