@@ -216,3 +216,46 @@ def test_device_is_for_local_models_and_outside_the_index_key() -> None:
     cpu = PipelineConfig.from_dict({"embedding": {"provider": "minilm"}})
     auto = PipelineConfig.from_dict({"embedding": {"provider": "minilm", "device": "auto"}})
     assert cpu.index_key("corpus", "model") == auto.index_key("corpus", "model")
+
+
+class _Recorded:
+    """An EdgeShard that records whether ``optimize`` was called and forwards everything."""
+
+    def __init__(self, shard: Any, calls: list[str]) -> None:
+        self._shard, self._calls = shard, calls
+
+    def optimize(self) -> None:
+        self._calls.append("optimize")
+        self._shard.optimize()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._shard, name)
+
+
+@pytest.mark.parametrize(("dim", "threshold", "optimized"), [(None, 1, False), (4, 1, True), (4, 100, False)])
+def test_edge_optimizes_only_dense_collections_past_the_threshold_and_stores_no_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dim: int | None, threshold: int, optimized: bool
+) -> None:
+    """HNSW (``optimize``) only for a dense collection of ``optimize_min_points`` or more; never for a
+    BM25-only one. Points carry where they come from, not the chunk's text."""
+    import qdrant_edge as qe
+
+    from composer.chunking import Chunk
+    from composer.index.base import point_id
+    from composer.index.edge import EdgeBackend
+
+    backend = EdgeBackend(tmp_path / "qdrant", optimize_min_points=threshold)
+    calls: list[str] = []
+    shard_of = EdgeBackend._shard
+    monkeypatch.setattr(EdgeBackend, "_shard", lambda self, name: _Recorded(shard_of(self, name), calls))
+    chunks = [Chunk(f"d{i}#0", f"d{i}", f"النيل نهر {i}", 0, 10, 0) for i in range(5)]
+    _, sparse = Bm25Encoder.fit([c.text for c in chunks])
+    dense = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32) if dim else None
+    backend.create("c", dim, {})
+    backend.upsert("c", chunks, dense, sparse)
+    backend.finish("c")
+    assert (calls == ["optimize"]) is optimized
+    (point,) = shard_of(backend, "c").retrieve([point_id("d3#0")], True, False)
+    assert point.payload == {"chunk_id": "d3#0", "doc_id": "d3", "start": 0, "end": 10}
+    assert isinstance(point, qe.Record)
+    backend.close()
