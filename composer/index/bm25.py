@@ -31,7 +31,9 @@ _SCRIPT_NEUTRAL = str.maketrans({"ی": "ي", "ک": "ك"})
 
 
 Report = Callable[[str, int, int], None]
-"""``report(stage, done, total)``, as ``composer.pipeline.indexing`` passes it on."""
+"""``report(stage, done, total)``: progress of an index build, "analyze" here (BM25's analysis: each text
+is read twice, language and tokens), "index" in ``composer.pipeline.indexing`` (and the embedder's
+"encode")."""
 
 
 class SparseVector(NamedTuple):
@@ -381,7 +383,7 @@ def _count_field(analysis: Analyzer, texts: list[str], langs: list[Language | No
     ids = ids.astype(np.uint32)
     lengths = np.diff(offsets).astype(np.int32)
     terms, counts, distinct = [], [], []
-    for lo in range(0, len(texts), COUNT_BLOCK):  # a block's (row, term) keys at a time: 1/10 the memory
+    for lo in range(0, len(texts), COUNT_BLOCK):  # a block's keys at a time: 125k texts 420 -> 250 MB
         hi = min(lo + COUNT_BLOCK, len(texts))
         rows = np.repeat(np.arange(hi - lo, dtype=np.int64), lengths[lo:hi])
         key = rows << 32 | ids[offsets[lo]:offsets[hi]]

@@ -26,7 +26,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -38,7 +38,7 @@ from composer.data.ranking import ChunkTable
 from composer.embedding import CachedEmbedder
 from composer.index import Bm25Encoder, SparseVector, VectorIndex
 from composer.index.base import Found, IndexBuildLost, IndexDamaged, point_id
-from composer.index.bm25 import SparseRows
+from composer.index.bm25 import Report, SparseRows
 from composer.text.analyzers import Analyzer
 
 logger = logging.getLogger(__name__)
@@ -50,9 +50,6 @@ BUILD_WAIT_S = 120.0
 to finish before this worker builds the index again itself."""
 BUILD_POLL_S = 0.5
 
-Report = Callable[[str, int, int], None]
-"""``report(stage, done, total)``: progress of "analyze" (BM25's analysis: each text is read twice,
-language and tokens), "index" (and the embedder's "encode")."""
 
 
 class ExactScores:
