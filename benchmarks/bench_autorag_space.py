@@ -6,9 +6,9 @@ all-MiniLM-L6-v2, hybrid RRF with rrf_k 4..80 and convex combination with 4 norm
 Composer runs search_spaces/autorag-arcd.yaml as a grid (484 trials: its BM25 comes with and without
 stemming, where AutoRAG tried 3 tokenizers) with `composer optimize`, default settings, from a cold work dir
 (every encode paid), one process plus its MLflow writer. Printed: wall, peak memory (the study's process
-and its writer, RSS and PSS summed over the tree, sampled every 0.1 s), trials, encode passes, best nDCG@10,
-and where a trial's time goes (from each trial's record; "other" is Optuna, records and handing the log to
-the writer, waiting for it included when it is behind).
+and its writer, RSS and PSS summed over the tree, RSS sampled every 0.1 s, PSS every 1 s), trials, encode
+passes, best nDCG@10, and where a trial's time goes (from each trial's record; "other" is Optuna, records
+and handing the log to the writer, waiting for it included when it is behind).
 
     .venv/bin/python benchmarks/bench_autorag_space.py [--data examples/arcd] [--workdir DIR] [--trials N]
 """
@@ -31,12 +31,17 @@ ROOT = Path(__file__).resolve().parents[1]
 AUTORAG = {"configurations": 485, "wall_s": 1898.0, "peak_gb": 1.51, "ndcg@10": 0.679, "recall@10": 0.832}
 
 
-def tree_memory_kib(root_pid: int) -> tuple[int, int, int]:
-    """Memory of ``root_pid`` and all its descendants (KiB): summed RSS, summed PSS and the largest RSS.
+PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def tree_memory_kib(root_pid: int, *, pss: bool = True) -> tuple[int, int, int]:
+    """Memory of ``root_pid`` and all its descendants (KiB): summed RSS, summed PSS (0 unless ``pss``)
+    and the largest RSS.
 
     RSS counts a page shared by two processes (the interpreter, numpy, pandas: loaded by both the study and
     its writer) in each; PSS splits it between them, so the PSS sum is what the tree takes from the
-    machine."""
+    machine. PSS costs the kernel a walk of every page table (~8 ms for a 1 GB process, which a sampler
+    at 10 Hz takes from a 2-core machine's study), RSS (``statm``) ~0.05 ms."""
     parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -52,30 +57,34 @@ def tree_memory_kib(root_pid: int) -> tuple[int, int, int]:
             if parent == pid and child not in tree:
                 tree.add(child)
                 frontier.append(child)
-    rss, pss = {}, {}
+    rss, shares = {}, {}
     for pid in tree:
         try:
-            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                name, _, value = line.partition(":")
-                if name in ("Rss", "Pss"):
-                    (rss if name == "Rss" else pss)[pid] = int(value.split()[0])
-        except OSError:
+            rss[pid] = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_KIB
+            if pss:
+                for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                    name, _, value = line.partition(":")
+                    if name == "Pss":
+                        shares[pid] = int(value.split()[0])
+        except (OSError, IndexError, ValueError):
             continue
-    return sum(rss.values()), sum(pss.values()), max(rss.values(), default=0)
+    return sum(rss.values()), sum(shares.values()), max(rss.values(), default=0)
 
 
 def run_optimize(experiment: Path, cwd: Path) -> tuple[float, tuple[int, int, int]]:
     """Run ``composer optimize experiment`` offline in ``cwd``: its wall seconds and the peaks of
-    ``tree_memory_kib`` over the run, sampled every 0.1 s. A failed study ends the benchmark."""
+    ``tree_memory_kib`` over the run, sampled every 0.1 s (PSS every 1 s). A failed study ends the
+    benchmark."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     command = [str(Path(sys.executable).with_name("composer")), "optimize", str(experiment)]
     # stderr to a file, not a pipe nobody reads while the study runs: a full pipe would block the study.
     with tempfile.TemporaryFile("w+", encoding="utf-8") as errors:
         started = time.perf_counter()
         process = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=errors)
-        rss, pss, largest = 0, 0, 0
+        rss, pss, largest, samples = 0, 0, 0, 0
         while process.poll() is None:
-            now = tree_memory_kib(process.pid)
+            now = tree_memory_kib(process.pid, pss=samples % 10 == 0)  # PSS once a second: see above
+            samples += 1
             rss, pss, largest = max(rss, now[0]), max(pss, now[1]), max(largest, now[2])
             time.sleep(0.1)
         wall = time.perf_counter() - started

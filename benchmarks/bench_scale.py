@@ -189,7 +189,7 @@ def measured(command: list[str]) -> tuple[dict[str, Any], tuple[float, float]]:
         process = subprocess.Popen(command, stdout=out, stderr=errors, text=True)
         bm25_peak = peak = 0
         while process.poll() is None:
-            peak = max(peak, tree_memory_kib(process.pid)[0])
+            peak = max(peak, tree_memory_kib(process.pid, pss=False)[0])
             out.seek(0)
             if not bm25_peak and "bm25 done" in out.read():
                 bm25_peak = peak

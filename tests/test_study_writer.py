@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -183,6 +184,29 @@ def test_a_writer_behind_the_trials_skips_mlflow_traces_and_keeps_traces_jsonl(t
         assert len(lines.read_text(encoding="utf-8").splitlines()) == 2
     assert "composer.traces" not in runs[0].data.tags
     assert runs[1].data.tags["composer.traces"].startswith("skipped: the MLflow writer was behind")
+
+
+def test_a_writer_that_keeps_up_writes_every_trials_mlflow_traces(tmp_path: Path) -> None:
+    """Trials slower than the writer (each submitted once the one before is written) all get their MLflow
+    traces: the backlog is what the writer has yet to write, not the answers the study has not read."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    tracker = StudyTracker(settings(tmp_path, max_traces=2))
+    tracker.ready()
+    for number in range(TRACE_BACKLOG + 7):
+        tracker.submit(trial_log(number))
+        deadline = time.monotonic() + 60
+        while list(tracker.spool.owner.glob("*.pkl")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    tracker.close()
+    mlflow.flush_trace_async_logging()
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = runs_by_trial(tmp_path)
+    assert sorted(runs) == list(range(TRACE_BACKLOG + 7))
+    for run in runs.values():
+        assert len(client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id)) == 2
+        assert "composer.traces" not in run.data.tags
 
 
 def test_the_live_view_shows_a_running_trials_progress() -> None:

@@ -7,12 +7,15 @@ aggregates 1,395 questions with a few array operations after every trial; the pe
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from json.encoder import encode_basestring as _json_str
 from pathlib import Path
 from typing import Any
 
@@ -160,8 +163,8 @@ class SampleTable:
 
     def retrieved_json(self, *, texts: bool, ids_only: bool = False) -> list[str]:
         """Each question's hits as a JSON list (``[{"id", "score", "doc_id", "text"}, ...]``, or just the
-        ids), built from the ranking's columns: a study writes 1,395 of them per trial, and one JSON
-        encoding per item of the collection serves them all."""
+        ids), built from the ranking's columns: a study writes 1,395 of them per trial, so each retrieved
+        chunk is encoded once and all scores in one call (a 100k-chunk table is not encoded whole)."""
         n = len(self)
         if self.retrieved is None:
             return ["[]"] * n
@@ -169,20 +172,24 @@ class SampleTable:
             return [_dumps([_hit_dict(h, texts, ids_only) for h in hits], indent=None)
                     for hits in self.retrieved]
         table = self.retrieved.table
-        ids = _json_strings(table.ids)
+        rows = self.retrieved.items.tolist()
+        found = [i for i in np.unique(self.retrieved.items).tolist() if i != NONE]
+        ids = dict(zip(found, _json_strings([table.ids[i] for i in found]), strict=True))
         if ids_only:
-            parts = [[ids[i] for i in row if i != NONE] for row in self.retrieved.items.tolist()]
-            return ["[" + ", ".join(row) + "]" for row in parts]
-        docs = _json_strings(table.doc_ids)
-        text = _json_strings([t or None for t in table.texts]) if texts else None
+            return ["[" + ", ".join([ids[i] for i in row if i != NONE]) + "]" for row in rows]
+        docs = _json_strings([table.doc_ids[i] for i in found])
+        text = _json_strings([table.texts[i] or None for i in found]) if texts else None
+        head = {i: f'{{"id": {ids[i]}, "score": ' for i in found}
+        tail = {
+            i: f', "doc_id": {docs[j]}' + (f', "text": {text[j]}}}' if text is not None else "}")
+            for j, i in enumerate(found)
+        }
+        scores = _json_floats(self.retrieved.scores.ravel())
+        width = self.retrieved.items.shape[1]
         out = []
-        for items, scores in zip(self.retrieved.items.tolist(), self.retrieved.scores, strict=True):
-            hits = [
-                f'{{"id": {ids[i]}, "score": {s}, "doc_id": {docs[i]}'
-                + (f', "text": {text[i]}}}' if text is not None else "}")
-                for i, s in zip(items, _json_floats(scores), strict=True)
-                if i != NONE
-            ]
+        for r, row in enumerate(rows):
+            row_scores = scores[r * width : (r + 1) * width]
+            hits = [head[i] + s + tail[i] for i, s in zip(row, row_scores, strict=True) if i != NONE]
             out.append("[" + ", ".join(hits) + "]")
         return out
 
@@ -195,12 +202,12 @@ class SampleTable:
         retrieved = self.retrieved_json(texts=texts)
         ids, questions = _json_strings(self.question_ids), _json_strings(self.questions)
         answers = _json_strings(self.answers) if self.answers is not None else ["null"] * len(self)
-        groups = [(json.dumps(g, ensure_ascii=False) + ": ", reasons) for g, reasons in self.skipped.items()]
+        groups = [(_json_str(g) + ": ", reasons) for g, reasons in self.skipped.items()]
         said: dict[str, str] = {}  # skip reasons are a few strings, each encoded once
         lines = []
         for i in range(len(self)):
             skipped = ", ".join(
-                key + (said.get(r) or said.setdefault(r, json.dumps(r, ensure_ascii=False)))
+                key + (said.get(r) or said.setdefault(r, _json_str(r)))
                 for key, reasons in groups
                 if (r := reasons[i]) is not None
             )
@@ -211,10 +218,47 @@ class SampleTable:
                 f'"answer": {answers[i]}, "metrics": {metrics[i]}, "latency": {latency[i]}, '
                 f'"skipped": {{{skipped}}}, "error": {error}, '
                 f'"context_tokens": {"null" if count is None else int(count)}, '
-                f'"reasons": {_dumps(self.reasons.get(i, {}), indent=None)}}}\n'
+                f'"reasons": {_dumps(why, indent=None) if (why := self.reasons.get(i)) else "{}"}}}\n'
             )
         return lines
 
+
+    def question_table_json(self, expectations: Mapping[str, Mapping[str, Any]]) -> str:
+        """The per-question table (question, gold, retrieved ids, answer, metrics, error) as JSON, worst
+        first by the mean of its metrics, in the layout of MLflow's table artifacts (``{"columns",
+        "data"}``, pandas' ``orient="split"``), which its UI shows as a table. ``expectations`` maps a
+        question id to its gold (``expected_ids``, ``expected_response``). Written from the columns, as
+        ``trace_lines`` is: a study writes one per trial."""
+        n = len(self)
+        names = [name for name, column in self.metrics.items() if not np.isnan(column).all()]
+        matrix = np.column_stack([self.metrics[name] for name in names]) if names else np.empty((n, 0))
+        scored = (~np.isnan(matrix)).sum(axis=1)
+        means = np.where(scored > 0, np.nansum(matrix, axis=1) / np.maximum(scored, 1), np.inf)
+        values = [_json_floats(self.metrics[name]) for name in names]
+        retrieved = self.retrieved_json(texts=False, ids_only=True)
+        ids, questions = _json_strings(self.question_ids), _json_strings(self.questions)
+        answers = _json_strings(self.answers) if self.answers is not None else ["null"] * n
+        rows = []
+        for row in np.argsort(means, kind="stable").tolist():
+            gold = expectations.get(self.question_ids[row], {})
+            error = self.errors.get(row)
+            why = None if error is None else f"{error.stage}: {error.kind}: {error.message}"
+            cells = [
+                ids[row],
+                questions[row],
+                "[" + ", ".join(_json_strings(list(gold.get("expected_ids", ())))) + "]",
+                retrieved[row],
+                answers[row],
+                *_json_strings([gold.get("expected_response")]),
+                *(column[row] for column in values),
+                *_json_strings([why]),
+            ]
+            rows.append("[" + ", ".join(cells) + "]")
+        columns = [
+            "question_id", "question", "expected_ids", "retrieved_ids", "answer", "expected_response",
+            *names, "error",
+        ]
+        return f'{{"columns": {json.dumps(columns, ensure_ascii=False)}, "data": [{", ".join(rows)}]}}'
 
 def concat_tables(tables: Sequence[SampleTable]) -> SampleTable:
     """Batches one after another, as one table: a metric or stage a batch lacks is NaN there."""
@@ -256,7 +300,8 @@ def _column(values: Sequence[float | int | None]) -> Column:
 
 
 def _optional(column: Column) -> list[float | None]:
-    return [None if math.isnan(v) else v for v in column.tolist()]
+    values: list[float | None] = column.tolist()
+    return [None if v is None or math.isnan(v) else v for v in values] if np.isnan(column).any() else values
 
 
 @dataclass(frozen=True)
@@ -332,16 +377,12 @@ class EvaluationReport:
 
     @cached_property
     def _stats(self) -> dict[str, MetricStats]:
-        out: dict[str, MetricStats] = {}
-        for name in self.metric_names:
-            vals = self.values(name)
-            if vals.size == 0:
-                continue
-            low, high = metric_stats.bootstrap_ci(vals)
-            out[name] = MetricStats(
-                metric_stats.mean(vals), metric_stats.std(vals), low, high, int(vals.size)
-            )
-        return out
+        scored = {name: vals for name in self.metric_names if (vals := self.values(name)).size}
+        intervals = metric_stats.bootstrap_cis(list(scored.values()))
+        return {
+            name: MetricStats(metric_stats.mean(vals), metric_stats.std(vals), low, high, int(vals.size))
+            for (name, vals), (low, high) in zip(scored.items(), intervals, strict=True)
+        }
 
     def stats(self) -> dict[str, MetricStats]:
         """Per metric: mean, sample std, 95% bootstrap CI and the number of questions scored."""
@@ -429,35 +470,58 @@ class EvaluationReport:
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per question: ids, answer, every metric, latency per stage, skip reasons and error."""
+        return pd.DataFrame(self._sample_columns())
+
+    def samples_csv(self) -> str:
+        """samples.csv: ``to_dataframe``'s columns written by the csv module (pandas' ``to_csv`` takes 6x
+        longer, and a study writes one per trial); an empty cell where a value is missing."""
+        columns = self._sample_columns(lambda column: _float_strings(column, ""))
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows(zip(*columns.values(), strict=True))
+        return out.getvalue()
+
+    def _sample_columns(
+        self, floats: Callable[[Column], Sequence[Any]] = _optional
+    ) -> dict[str, Sequence[Any]]:
+        """The columns of ``to_dataframe``, each float column (metrics, latencies) through ``floats``."""
         t = self.table
         n = len(t)
         tokens = _optional(t.context_tokens) if t.context_tokens is not None else [None] * n
-        columns: dict[str, Any] = {
-            "question_id": list(t.question_ids),
-            "question": list(t.questions),
+        columns: dict[str, Sequence[Any]] = {
+            "question_id": t.question_ids,
+            "question": t.questions,
             "retrieved_ids": t.retrieved_json(texts=False, ids_only=True),
-            "answer": list(t.answers) if t.answers is not None else [None] * n,
+            "answer": t.answers if t.answers is not None else [None] * n,
             "context_tokens": [None if v is None else int(v) for v in tokens],
         }
-        columns.update({name: _optional(col) for name, col in t.metrics.items()})
+        columns.update({name: floats(col) for name, col in t.metrics.items()})
         columns.update(
-            {f"latency_{stage}_s": col for stage, col in t.latency.items() if not np.isnan(col).all()}
+            {f"latency_{stage}_s": floats(col) for stage, col in t.latency.items() if not np.isnan(col).all()}
         )
         columns.update({f"skipped_{group}": reasons for group, reasons in t.skipped.items()})
         columns["error"] = [
             None if (e := t.errors.get(i)) is None else f"{e.stage}: {e.kind}: {e.message}" for i in range(n)
         ]
-        return pd.DataFrame(columns)
+        return columns
+
+    def files(self, *, texts: bool = True) -> dict[str, str]:
+        """summary.json, samples.csv, traces.jsonl and error_rates.json by name; ``texts=False`` keeps
+        retrieved texts out of traces.jsonl (a study logs each index's chunk texts once)."""
+        return {
+            "summary.json": self.summary_json() + "\n",
+            "samples.csv": self.samples_csv(),
+            "traces.jsonl": "".join(self.table.trace_lines(texts=texts)),
+            "error_rates.json": _dumps(self.error_rates()) + "\n",
+        }
 
     def save(self, directory: str | Path, *, texts: bool = True) -> Path:
-        """Write summary.json, samples.csv, traces.jsonl and error_rates.json, each whole or not at all;
-        ``texts=False`` keeps retrieved texts out of traces.jsonl (see ``SampleRecord.to_trace``)."""
+        """Write ``files`` into ``directory``, each whole or not at all."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
-        write_atomic(out / "summary.json", self.summary_json() + "\n")
-        write_atomic(out / "samples.csv", self.to_dataframe().to_csv(index=False))
-        write_atomic(out / "traces.jsonl", "".join(self.table.trace_lines(texts=texts)))
-        write_atomic(out / "error_rates.json", _dumps(self.error_rates()) + "\n")
+        for name, text in self.files(texts=texts).items():
+            write_atomic(out / name, text)
         return out
 
 
@@ -478,26 +542,42 @@ def _dumps(obj: Any, indent: int | None = 2) -> str:
 def _json_objects(columns: Mapping[str, Column], n: int, *, keep_nan: bool) -> list[str]:
     """Row i of ``columns`` as a JSON object ``{"name": value, ...}``, written column by column: NaN is
     ``null`` with ``keep_nan``, else the key is left out of that row."""
-    keys = [json.dumps(name, ensure_ascii=False) + ": " for name in columns]
-    pairs = list(zip(keys, [_json_floats(col) for col in columns.values()], strict=True))
-    return [
-        "{" + ", ".join(k + col[i] for k, col in pairs if keep_nan or col[i] != "null") + "}"
-        for i in range(n)
-    ]
+    if not columns:
+        return ["{}"] * n
+    keys = [_json_str(name) + ": " for name in columns]
+    rows = zip(*[_json_floats(col) for col in columns.values()], strict=True)
+    if keep_nan:  # every key in every row: one %-format per row
+        template = "{" + ", ".join(key.replace("%", "%%") + "%s" for key in keys) + "}"
+        return [template % row for row in rows]
+    return ["{" + ", ".join([k + v for k, v in zip(keys, row, strict=True) if v != "null"]) + "}"
+            for row in rows]
 
 
 def _json_strings(values: Sequence[str | None]) -> list[str]:
-    return [json.dumps(v, ensure_ascii=False) for v in values]
+    """Each string as ``json.dumps(v, ensure_ascii=False)`` writes it, through the C encoder it calls
+    (``dumps`` with options builds an encoder per call: 8,700 calls a trial)."""
+    return ["null" if v is None else _json_str(v) for v in values]
 
 
-_NOT_FINITE = {"NaN": "null", "Infinity": "null", "-Infinity": "null"}
+_NOT_FINITE = frozenset({"NaN", "Infinity", "-Infinity"})
 
 
 def _json_floats(column: Column) -> list[str]:
-    """Each value as JSON writes it, ``null`` where not finite: one C-level encoding per column."""
+    """Each value as JSON writes it, ``null`` where not finite."""
+    return _float_strings(column, "null")
+
+
+def _float_strings(column: Column, missing: str) -> list[str]:
+    """Each value as Python, JSON and the csv module write a float (its repr), ``missing`` where not
+    finite. Each distinct value (by its bits) is written once, in one C-level call: a metric column holds
+    a few (0, 1, 1/2...), and repr costs ~1 us a float, 50k floats a trial."""
     if not len(column):
         return []
-    return [_NOT_FINITE.get(v, v) for v in json.dumps(column.tolist())[1:-1].split(", ")]
+    bits = np.ascontiguousarray(column, dtype=np.float64).view(np.int64)
+    distinct, where = np.unique(bits, return_inverse=True)
+    written = json.dumps(distinct.view(np.float64).tolist())[1:-1].split(", ")
+    text = [missing if v in _NOT_FINITE else v for v in written]
+    return [text[i] for i in where.ravel().tolist()]
 
 
 def _hit_dict(hit: Hit, texts: bool, ids_only: bool) -> Any:

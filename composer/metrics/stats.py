@@ -35,15 +35,28 @@ def bootstrap_ci(
     values: Values, *, confidence: float = 0.95, resamples: int = 1000, seed: int = 0
 ) -> tuple[float, float]:
     """Percentile bootstrap confidence interval of the mean."""
-    array = _array(values)
+    return bootstrap_cis([values], confidence=confidence, resamples=resamples, seed=seed)[0]
+
+
+def bootstrap_cis(
+    columns: Sequence[Values], *, confidence: float = 0.95, resamples: int = 1000, seed: int = 0
+) -> list[tuple[float, float]]:
+    """``bootstrap_ci`` of each column, the columns of one length resampled in one matrix product: a
+    report's 24 metrics read the 11 MB resample matrix once, not 24 times."""
+    arrays = [_array(values) for values in columns]
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     if resamples < 1:
         raise ValueError(f"resamples must be >= 1, got {resamples}")
-    means = _resample_counts(array.size, resamples, seed) @ array / array.size
     tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(means, [tail, 100 - tail])
-    return float(low), float(high)
+    out: list[tuple[float, float]] = [(0.0, 0.0)] * len(arrays)
+    for size in {a.size for a in arrays}:
+        at = [i for i, a in enumerate(arrays) if a.size == size]
+        means = _resample_counts(size, resamples, seed) @ np.column_stack([arrays[i] for i in at]) / size
+        lows, highs = np.percentile(means, [tail, 100 - tail], axis=0)
+        for i, low, high in zip(at, lows.tolist(), highs.tolist(), strict=True):
+            out[i] = (low, high)
+    return out
 
 
 @lru_cache(maxsize=4)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 import tempfile
 import time
@@ -21,10 +20,9 @@ from contextlib import AbstractContextManager, nullcontext, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import yaml
 
-from composer.data.ranking import NONE, ChunkTable, Ranking
+from composer.data.ranking import ChunkTable
 from composer.errors import InputError
 from composer.files import write_atomic
 from composer.locks import FileLock
@@ -38,7 +36,6 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
     from mlflow.entities import LiveSpan, Param
 
-    from composer.evaluation.report import SampleTable
 
 logger = logging.getLogger(__name__)
 
@@ -257,8 +254,9 @@ class RunWriter:
 
     # Trials ------------------------------------------------------------------------------------------
     def write_trial(self, log: TrialLog, *, traces: bool = True) -> str:
-        """One nested run: params, metrics (every metric at every k), tags, artifacts and traces. A run the
-        trial already has is kept if it was finished, replaced if a writer died while writing it."""
+        """One nested run: params, metrics (every metric at every k), tags, artifacts (``trial_files``)
+        and traces. A run the trial already has is kept if it was finished, replaced if a writer died while
+        writing it."""
         from mlflow.entities import Metric, RunTag
 
         known = self._replace(log.number)
@@ -288,21 +286,9 @@ class RunWriter:
         tags_out = late + (shown if log.report is not None else [])
         self.client.log_batch(run_id, metrics=metrics, params=mlflow_params(config or {}), tags=tags_out)
         with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp)
-            if config is not None:
-                write_atomic(
-                    out / "config.yaml", yaml.safe_dump(scrub(config), allow_unicode=True, sort_keys=False)
-                )
-            if log.report is not None:
-                log.report.save(out, texts=False)
-                table = question_table(log.report.table, self.expectations)
-                write_atomic(out / QUESTION_TABLE, json.dumps(table, ensure_ascii=False))
-            elif log.error_rates is not None:
-                write_atomic(
-                    out / "error_rates.json",
-                    json.dumps(scrub(log.error_rates), ensure_ascii=False, indent=2) + "\n",
-                )
-            self.client.log_artifacts(run_id, str(out))
+            for name, text in trial_files(log, self.expectations).items():
+                write_atomic(Path(tmp) / name, text)
+            self.client.log_artifacts(run_id, tmp)
         if log.report is not None:
             self._chunks(log.report)
         if traced:
@@ -599,45 +585,29 @@ class RunWriter:
         self.client.update_run(run_id, name=f"★ best #{number}")
 
 
+def trial_files(log: TrialLog, expectations: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """A trial run's artifacts by name: config.yaml, the report's files (retrieved texts left out: the
+    parent run holds each index's) and questions.json, or a trial that failed before its report has its
+    error_rates.json. ``expectations``: see ``RunWriter``."""
+    files: dict[str, str] = {}
+    config = log.config_dict
+    if config is not None:
+        files["config.yaml"] = yaml.safe_dump(scrub(config), allow_unicode=True, sort_keys=False)
+    if log.report is not None:
+        files.update(log.report.files(texts=False))
+        files[QUESTION_TABLE] = log.report.table.question_table_json(expectations)
+    elif log.error_rates is not None:
+        files["error_rates.json"] = json.dumps(scrub(log.error_rates), ensure_ascii=False, indent=2) + "\n"
+    return files
+
+
 def trial_run_name(number: int) -> str:
     return f"trial-{number:03d}"
 
 
-def question_table(table: SampleTable, expectations: Mapping[str, Mapping[str, Any]]) -> dict[str, list[Any]]:
-    """A trial's per-question table (question, gold, retrieved ids, answer, metrics, error), worst first
-    by the mean of its metrics, in the layout MLflow's table artifacts have (``{"columns", "data"}``, as
-    pandas' ``orient="split"``), which the UI shows as a table. Read from the report's columns: it is
-    written for every trial, 1,395 questions in ~10 ms."""
-    n = len(table)
-    names = [name for name, column in table.metrics.items() if not np.isnan(column).all()]
-    matrix = np.column_stack([table.metrics[name] for name in names]) if names else np.empty((n, 0))
-    scored = (~np.isnan(matrix)).sum(axis=1)
-    means = np.where(scored > 0, np.nansum(matrix, axis=1) / np.maximum(scored, 1), np.inf)
-    values = [[None if math.isnan(v) else v for v in row] for row in matrix.tolist()]
-    retrieved = table.retrieved
-    if isinstance(retrieved, Ranking):
-        ids, items = retrieved.table.ids, retrieved.items.tolist()
-        hit_ids = [[ids[i] for i in row if i != NONE] for row in items]
-    else:
-        hit_ids = [[h.id for h in hits] for hits in retrieved or [[] for _ in range(n)]]
-    answers = table.answers if table.answers is not None else [None] * n
-    rows = []
-    for row in np.argsort(means, kind="stable").tolist():
-        gold = expectations.get(table.question_ids[row], {})
-        error = table.errors.get(row)
-        rows.append([
-            table.question_ids[row], table.questions[row], list(gold.get("expected_ids", ())), hit_ids[row],
-            answers[row], gold.get("expected_response"), *values[row],
-            None if error is None else f"{error.stage}: {error.kind}: {error.message}",
-        ])
-    columns = ["question_id", "question", "expected_ids", "retrieved_ids", "answer", "expected_response",
-               *names, "error"]
-    return {"columns": columns, "data": rows}
-
-
 def read_question_table(client: MlflowClient, run_id: str) -> pd.DataFrame:
-    """A trial's ``questions.json`` (see ``question_table``). Read here, not with ``load_table``, which
-    searches the process's global tracking URI instead of ``client``'s store."""
+    """A trial's ``questions.json`` (see ``SampleTable.question_table_json``). Read here, not with
+    ``load_table``, which searches the process's global tracking URI instead of ``client``'s store."""
     import pandas as pd
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -36,9 +36,11 @@ logger = logging.getLogger(__name__)
 
 MAX_PENDING = 32
 """Trial logs submitted but not yet written before ``submit`` waits for the writer."""
-TRACE_BACKLOG = 4
+TRACE_BACKLOG = 0
 """A trial whose log waited behind more than this many gets no MLflow traces (its traces.jsonl has every
-question): traces cost ~30 ms each, and the writer must keep pace with trials that take milliseconds."""
+question): a trial's 25 traces cost the writer ~1.5 s, and it must keep pace with trials that take
+milliseconds. A study whose trials outpace the writer gets traces when it has caught up; a slower one, for
+every trial."""
 WRITE_ATTEMPTS = 3
 RESTARTS = 3
 """How often a study starts its writer again after it died, before leaving the rest spooled."""
@@ -124,6 +126,7 @@ class StudyTracker:
         config = log.config_dict
         if config is not None:
             log.config = scrub(config)
+        self._collect()
         self._send("trial", log)
 
     def lost(self, trials: Sequence[tuple[int, Mapping[str, Any] | None, str]]) -> None:
@@ -242,6 +245,18 @@ class StudyTracker:
         if not self.stopped:
             self.stopped = True
             self.failures.append(f"the writer stopped; see {self.settings.spool / 'writer.log'}")
+
+    def _collect(self) -> None:
+        """Take the answers the writer has sent, without waiting: ``pending`` is then what it has yet to
+        write, the backlog that decides whether the next trial gets MLflow traces (unread answers used to
+        count as waiting, so after the first five trials none got any, however slow the study)."""
+        if self.stopped:
+            return
+        try:
+            while self._in.poll():
+                self._receive()
+        except (ComposerError, OSError):
+            pass  # it died: the next send restarts it
 
     def _receive(self, timeout: float | None = None) -> bool:
         """Handle one message from the writer (within ``timeout`` seconds); False when none came."""
