@@ -222,7 +222,6 @@ class SampleTable:
             )
         return lines
 
-
     def question_table_json(self, expectations: Mapping[str, Mapping[str, Any]]) -> str:
         """The per-question table (question, gold, retrieved ids, answer, metrics, error) as JSON, worst
         first by the mean of its metrics, in the layout of MLflow's table artifacts (``{"columns",
@@ -259,6 +258,7 @@ class SampleTable:
             *names, "error",
         ]
         return f'{{"columns": {json.dumps(columns, ensure_ascii=False)}, "data": [{", ".join(rows)}]}}'
+
 
 def concat_tables(tables: Sequence[SampleTable]) -> SampleTable:
     """Batches one after another, as one table: a metric or stage a batch lacks is NaN there."""
