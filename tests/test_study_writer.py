@@ -12,6 +12,7 @@ import textwrap
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -207,6 +208,32 @@ def test_a_writer_that_keeps_up_writes_every_trials_mlflow_traces(tmp_path: Path
     for run in runs.values():
         assert len(client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id)) == 2
         assert "composer.traces" not in run.data.tags
+
+
+def test_two_writers_adding_the_segment_tag_together_take_the_next_segment() -> None:
+    """A tracking server on PostgreSQL refuses the second insert of a new tag (a duplicate key): the writer
+    that lost reads the tag again and takes the segment after the other's, instead of failing the worker."""
+    from mlflow.exceptions import MlflowException
+
+    class Server:
+        def __init__(self) -> None:
+            self.tags: dict[str, str] = {}
+            self.refused = 0
+
+        def get_run(self, run_id: str) -> Any:
+            return SimpleNamespace(data=SimpleNamespace(tags=dict(self.tags)))
+
+        def set_tag(self, run_id: str, key: str, value: str) -> None:
+            if not self.refused:  # the other worker's insert lands between this one's read and write
+                self.refused += 1
+                self.tags[key] = "1"
+                raise MlflowException("duplicate key value violates unique constraint \"tag_pk\"")
+            self.tags[key] = value
+
+    server = Server()
+    writer = SimpleNamespace(client=server, parent_run_id="parent")
+    assert RunWriter._next_segment(writer) == 1  # type: ignore[arg-type]
+    assert server.tags["composer.segments"] == "2" and server.refused == 1
 
 
 def test_the_live_view_shows_a_running_trials_progress() -> None:

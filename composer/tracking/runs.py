@@ -45,6 +45,7 @@ TRIAL_TAG = "composer.trial"
 STATE_TAG = "composer.state"
 BEST_TAG = "composer.best"
 SEGMENTS_TAG = "composer.segments"
+SEGMENT_ATTEMPTS = 5
 RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED"}
 """MLflow's KILLED means "stopped by the user": a pruned trial ended as planned, so it is FINISHED and its
 ``composer.state`` tag says PRUNED."""
@@ -160,11 +161,23 @@ class RunWriter:
 
     def _next_segment(self) -> int:
         """This writer's segment of the study (0 for the first run, 1 for its first resume...): the step of
-        the parent's summary metrics, so a rerun adds to their history instead of replacing them."""
-        tags = self.client.get_run(self.parent_run_id).data.tags
-        segment = int(tags.get(SEGMENTS_TAG, "0"))
-        self.client.set_tag(self.parent_run_id, SEGMENTS_TAG, str(segment + 1))
-        return segment
+        the parent's summary metrics, so a rerun adds to their history instead of replacing them. Two
+        workers starting together may both add the tag: a server on PostgreSQL refuses the second (a
+        duplicate key), which then reads it again and takes the next segment."""
+        from mlflow.exceptions import MlflowException
+
+        attempt = 0
+        while True:
+            tags = self.client.get_run(self.parent_run_id).data.tags
+            segment = int(tags.get(SEGMENTS_TAG, "0"))
+            try:
+                self.client.set_tag(self.parent_run_id, SEGMENTS_TAG, str(segment + 1))
+                return segment
+            except MlflowException:
+                attempt += 1
+                if attempt == SEGMENT_ATTEMPTS:
+                    raise
+                time.sleep(0.05 * attempt)
 
     def _parent(self, params: Mapping[str, Any]) -> str:
         """The study's parent run: the elected one (see ``ParentClaims``), else the one tagged with the
