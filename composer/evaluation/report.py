@@ -473,7 +473,7 @@ class EvaluationReport:
         return pd.DataFrame(self._sample_columns())
 
     def samples_csv(self) -> str:
-        """samples.csv: ``to_dataframe``'s columns written by the csv module (pandas' ``to_csv`` takes 6x
+        """samples.csv: ``to_dataframe``'s columns written by the csv module (pandas' ``to_csv`` takes 2.5x
         longer, and a study writes one per trial); an empty cell where a value is missing."""
         columns = self._sample_columns(lambda column: _float_strings(column, ""))
         out = io.StringIO()
