@@ -40,6 +40,10 @@ class StageError:
     kind: str
     message: str
 
+    def __str__(self) -> str:
+        """As samples.csv and the question table show it: ``generation: TimeoutError: ...``."""
+        return f"{self.stage}: {self.kind}: {self.message}"
+
 
 @dataclass
 class SampleRecord:
@@ -241,16 +245,15 @@ class SampleTable:
         for row in np.argsort(means, kind="stable").tolist():
             gold = expectations.get(self.question_ids[row], {})
             error = self.errors.get(row)
-            why = None if error is None else f"{error.stage}: {error.kind}: {error.message}"
             cells = [
                 ids[row],
                 questions[row],
                 "[" + ", ".join(_json_strings(list(gold.get("expected_ids", ())))) + "]",
                 retrieved[row],
                 answers[row],
-                *_json_strings([gold.get("expected_response")]),
+                _json_string(gold.get("expected_response")),
                 *(column[row] for column in values),
-                *_json_strings([why]),
+                _json_string(None if error is None else str(error)),
             ]
             rows.append("[" + ", ".join(cells) + "]")
         columns = [
@@ -501,9 +504,7 @@ class EvaluationReport:
             {f"latency_{stage}_s": floats(col) for stage, col in t.latency.items() if not np.isnan(col).all()}
         )
         columns.update({f"skipped_{group}": reasons for group, reasons in t.skipped.items()})
-        columns["error"] = [
-            None if (e := t.errors.get(i)) is None else f"{e.stage}: {e.kind}: {e.message}" for i in range(n)
-        ]
+        columns["error"] = [None if (e := t.errors.get(i)) is None else str(e) for i in range(n)]
         return columns
 
     def files(self, *, texts: bool = True) -> dict[str, str]:
@@ -556,7 +557,12 @@ def _json_objects(columns: Mapping[str, Column], n: int, *, keep_nan: bool) -> l
 def _json_strings(values: Sequence[str | None]) -> list[str]:
     """Each string as ``json.dumps(v, ensure_ascii=False)`` writes it, through the C encoder it calls
     (``dumps`` with options builds an encoder per call: 8,700 calls a trial)."""
-    return ["null" if v is None else _json_str(v) for v in values]
+    return [_json_string(v) for v in values]
+
+
+def _json_string(value: str | None) -> str:
+    """One string (or None) as ``_json_strings`` writes it."""
+    return "null" if value is None else _json_str(value)
 
 
 _NOT_FINITE = frozenset({"NaN", "Infinity", "-Infinity"})
