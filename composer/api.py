@@ -379,13 +379,14 @@ def _as_file(value: Any, inputs: Path, kind: str) -> Path:
     """A path as given; an in-memory corpus, question set or space written once under ``inputs``, named by
     its content, so the study's provenance names a file and a changed input is a new file."""
     from composer.data.types import Corpus, QuestionSet
+    from composer.yamlfile import dump_yaml
 
     if isinstance(value, str | Path):
         return Path(value).resolve()
     if kind == "space":
         if not isinstance(value, Mapping):
             raise ConfigError("expected a search space file or mapping", field="space")
-        return _write_once(inputs, "space", ".yaml", _yaml(dict(value)))
+        return _write_once(inputs, "space", ".yaml", dump_yaml(dict(value)))
     if kind == "corpus":
         docs = value if isinstance(value, Corpus) else _corpus(value)
         assert docs is not None
@@ -424,9 +425,3 @@ def _write_once(folder: Path, kind: str, suffix: str, text: str) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         write_atomic(path, text)
     return path
-
-
-def _yaml(data: dict[str, Any]) -> str:
-    import yaml
-
-    return yaml.safe_dump(data, allow_unicode=True, sort_keys=False)

@@ -1,4 +1,4 @@
-"""Reading the YAML files users write (experiments, search spaces, pipeline configs)."""
+"""Reading the YAML files users write (experiments, search spaces, pipeline configs), and writing YAML."""
 
 from __future__ import annotations
 
@@ -31,6 +31,13 @@ def read_yaml(path: str | Path, *, what: str = "file") -> Any:
                           line=None if mark is None else mark.line + 1) from None
     except RecursionError:
         raise ConfigError("invalid YAML: nested too deeply", path=p) from None
+
+
+def dump_yaml(data: Any) -> str:
+    """``data`` as block YAML, keys in their order, Arabic and Persian as they are: by libyaml's emitter
+    where PyYAML has it (the same text, ~3x faster: a study writes a config per trial)."""
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return yaml.dump(data, Dumper=dumper, allow_unicode=True, sort_keys=False)
 
 
 def _load(text: str, path: Path) -> Any:

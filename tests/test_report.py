@@ -12,6 +12,7 @@ import pytest
 
 from composer.data.types import Hit
 from composer.evaluation import EvaluationReport, SampleRecord, StageError, render_report
+from composer.evaluation import artifacts
 from composer.evaluation import report as report_module
 
 
@@ -211,7 +212,7 @@ def test_each_traces_line_is_its_sample_in_strict_json(texts: bool) -> None:
     samples[1].context_tokens = 12
     samples[1].metrics["ndcg@5"] = float("nan")  # not finite: null, never NaN
     report = EvaluationReport(samples, ks=(5,), match_mode="document")
-    lines = report.table.trace_lines(texts=texts)
+    lines = artifacts.trace_lines(artifacts.Cells(report.table, artifacts.Memo()), texts=texts)
     assert len(lines) == len(samples) and all(line.endswith("\n") for line in lines)
     def refuse(constant: str) -> None:
         pytest.fail(f"{constant} in a traces line")

@@ -7,15 +7,12 @@ aggregates 1,395 questions with a few array operations after every trial; the pe
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from json.encoder import encode_basestring as _json_str
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from composer.data.ranking import NONE, Ranking
+from composer.data.ranking import Ranking
 from composer.data.types import Hit
 from composer.files import write_atomic
 from composer.metrics import stats as metric_stats
@@ -111,9 +108,9 @@ class SampleTable:
     def records(self) -> list[SampleRecord]:
         """The per-question records (built now; a report keeps them once built)."""
         names = list(self.metrics)
-        values = {name: _optional(col) for name, col in self.metrics.items()}
+        values = {name: optional_values(col) for name, col in self.metrics.items()}
         latency = {stage: col.tolist() for stage, col in self.latency.items()}
-        tokens = _optional(self.context_tokens) if self.context_tokens is not None else None
+        tokens = optional_values(self.context_tokens) if self.context_tokens is not None else None
         out = []
         for i, (qid, question) in enumerate(zip(self.question_ids, self.questions, strict=True)):
             out.append(
@@ -165,103 +162,6 @@ class SampleTable:
             return self.retrieved.hits(row)
         return list(self.retrieved[row])
 
-    def retrieved_json(self, *, texts: bool, ids_only: bool = False) -> list[str]:
-        """Each question's hits as a JSON list (``[{"id", "score", "doc_id", "text"}, ...]``, or just the
-        ids), built from the ranking's columns: a study writes 1,395 of them per trial, so each retrieved
-        chunk is encoded once and all scores in one call (a 100k-chunk table is not encoded whole)."""
-        n = len(self)
-        if self.retrieved is None:
-            return ["[]"] * n
-        if not isinstance(self.retrieved, Ranking):
-            return [_dumps([_hit_dict(h, texts, ids_only) for h in hits], indent=None)
-                    for hits in self.retrieved]
-        table = self.retrieved.table
-        rows = self.retrieved.items.tolist()
-        found = [i for i in np.unique(self.retrieved.items).tolist() if i != NONE]
-        ids = dict(zip(found, _json_strings([table.ids[i] for i in found]), strict=True))
-        if ids_only:
-            return ["[" + ", ".join([ids[i] for i in row if i != NONE]) + "]" for row in rows]
-        docs = _json_strings([table.doc_ids[i] for i in found])
-        text = _json_strings([table.texts[i] or None for i in found]) if texts else None
-        head = {i: f'{{"id": {ids[i]}, "score": ' for i in found}
-        tail = {
-            i: f', "doc_id": {docs[j]}' + (f', "text": {text[j]}}}' if text is not None else "}")
-            for j, i in enumerate(found)
-        }
-        scores = _json_floats(self.retrieved.scores.ravel())
-        width = self.retrieved.items.shape[1]
-        out = []
-        for r, row in enumerate(rows):
-            row_scores = scores[r * width : (r + 1) * width]
-            hits = [head[i] + s + tail[i] for i, s in zip(row, row_scores, strict=True) if i != NONE]
-            out.append("[" + ", ".join(hits) + "]")
-        return out
-
-    def trace_lines(self, *, texts: bool = True) -> list[str]:
-        """traces.jsonl, one JSON line per question; ``texts=False`` leaves the retrieved texts out (a
-        study logs each index's chunk texts once, not in every trial)."""
-        metrics = _json_objects(self.metrics, len(self), keep_nan=True)
-        latency = _json_objects(self.latency, len(self), keep_nan=False)
-        tokens = _optional(self.context_tokens) if self.context_tokens is not None else None
-        retrieved = self.retrieved_json(texts=texts)
-        ids, questions = _json_strings(self.question_ids), _json_strings(self.questions)
-        answers = _json_strings(self.answers) if self.answers is not None else ["null"] * len(self)
-        groups = [(_json_str(g) + ": ", reasons) for g, reasons in self.skipped.items()]
-        said: dict[str, str] = {}  # skip reasons are a few strings, each encoded once
-        lines = []
-        for i in range(len(self)):
-            skipped = ", ".join(
-                key + (said.get(r) or said.setdefault(r, _json_str(r)))
-                for key, reasons in groups
-                if (r := reasons[i]) is not None
-            )
-            error = "null" if (e := self.errors.get(i)) is None else _dumps(vars(e), indent=None)
-            count = None if tokens is None else tokens[i]
-            lines.append(
-                f'{{"question_id": {ids[i]}, "question": {questions[i]}, "retrieved": {retrieved[i]}, '
-                f'"answer": {answers[i]}, "metrics": {metrics[i]}, "latency": {latency[i]}, '
-                f'"skipped": {{{skipped}}}, "error": {error}, '
-                f'"context_tokens": {"null" if count is None else int(count)}, '
-                f'"reasons": {_dumps(why, indent=None) if (why := self.reasons.get(i)) else "{}"}}}\n'
-            )
-        return lines
-
-    def question_table_json(self, expectations: Mapping[str, Mapping[str, Any]]) -> str:
-        """The per-question table (question, gold, retrieved ids, answer, metrics, error) as JSON, worst
-        first by the mean of its metrics, in the layout of MLflow's table artifacts (``{"columns",
-        "data"}``, pandas' ``orient="split"``), which its UI shows as a table. ``expectations`` maps a
-        question id to its gold (``expected_ids``, ``expected_response``). Written from the columns, as
-        ``trace_lines`` is: a study writes one per trial."""
-        n = len(self)
-        names = [name for name, column in self.metrics.items() if not np.isnan(column).all()]
-        matrix = np.column_stack([self.metrics[name] for name in names]) if names else np.empty((n, 0))
-        scored = (~np.isnan(matrix)).sum(axis=1)
-        means = np.where(scored > 0, np.nansum(matrix, axis=1) / np.maximum(scored, 1), np.inf)
-        values = [_json_floats(self.metrics[name]) for name in names]
-        retrieved = self.retrieved_json(texts=False, ids_only=True)
-        ids, questions = _json_strings(self.question_ids), _json_strings(self.questions)
-        answers = _json_strings(self.answers) if self.answers is not None else ["null"] * n
-        rows = []
-        for row in np.argsort(means, kind="stable").tolist():
-            gold = expectations.get(self.question_ids[row], {})
-            error = self.errors.get(row)
-            cells = [
-                ids[row],
-                questions[row],
-                "[" + ", ".join(_json_strings(list(gold.get("expected_ids", ())))) + "]",
-                retrieved[row],
-                answers[row],
-                _json_string(gold.get("expected_response")),
-                *(column[row] for column in values),
-                _json_string(None if error is None else str(error)),
-            ]
-            rows.append("[" + ", ".join(cells) + "]")
-        columns = [
-            "question_id", "question", "expected_ids", "retrieved_ids", "answer", "expected_response",
-            *names, "error",
-        ]
-        return f'{{"columns": {json.dumps(columns, ensure_ascii=False)}, "data": [{", ".join(rows)}]}}'
-
 
 def concat_tables(tables: Sequence[SampleTable]) -> SampleTable:
     """Batches one after another, as one table: a metric or stage a batch lacks is NaN there."""
@@ -302,7 +202,8 @@ def _column(values: Sequence[float | int | None]) -> Column:
     return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
 
 
-def _optional(column: Column) -> list[float | None]:
+def optional_values(column: Column) -> list[float | None]:
+    """The column's values, None where NaN."""
     values: list[float | None] = column.tolist()
     return [None if v is None or math.isnan(v) else v for v in values] if np.isnan(column).any() else values
 
@@ -442,7 +343,7 @@ class EvaluationReport:
 
     def summary_json(self) -> str:
         """The summary as strict JSON (non-finite numbers become null), Arabic and Persian kept readable."""
-        return _dumps(self.summary())
+        return strict_json(self.summary())
 
     def error_rates(self) -> dict[str, Any]:
         """Counts and rates over all questions: errors by stage and kind, skips by group and reason, and
@@ -473,55 +374,38 @@ class EvaluationReport:
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per question: ids, answer, every metric, latency per stage, skip reasons and error."""
-        return pd.DataFrame(self._sample_columns())
+        from composer.evaluation.artifacts import Cells, Memo
 
-    def samples_csv(self) -> str:
-        """samples.csv: ``to_dataframe``'s columns written by the csv module (pandas' ``to_csv`` takes 2.5x
-        longer, and a study writes one per trial); an empty cell where a value is missing."""
-        columns = self._sample_columns(lambda column: _float_strings(column, ""))
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(columns)
-        writer.writerows(zip(*columns.values(), strict=True))
-        return out.getvalue()
+        return pd.DataFrame(self.sample_columns(Cells(self.table, Memo()).retrieved_ids))
 
-    def _sample_columns(
-        self, floats: Callable[[Column], Sequence[Any]] = _optional
-    ) -> dict[str, Sequence[Any]]:
-        """The columns of ``to_dataframe``, each float column (metrics, latencies) through ``floats``."""
+    def sample_columns(self, retrieved_ids: Sequence[str]) -> dict[str, Sequence[Any]]:
+        """The columns of ``to_dataframe`` (and samples.csv), metrics and latencies as numbers (None where
+        missing); ``retrieved_ids`` is each question's retrieved ids as a JSON list."""
         t = self.table
         n = len(t)
-        tokens = _optional(t.context_tokens) if t.context_tokens is not None else [None] * n
+        tokens = optional_values(t.context_tokens) if t.context_tokens is not None else [None] * n
         columns: dict[str, Sequence[Any]] = {
             "question_id": t.question_ids,
             "question": t.questions,
-            "retrieved_ids": t.retrieved_json(texts=False, ids_only=True),
+            "retrieved_ids": retrieved_ids,
             "answer": t.answers if t.answers is not None else [None] * n,
             "context_tokens": [None if v is None else int(v) for v in tokens],
         }
-        columns.update({name: floats(col) for name, col in t.metrics.items()})
-        columns.update(
-            {f"latency_{stage}_s": floats(col) for stage, col in t.latency.items() if not np.isnan(col).all()}
-        )
+        columns.update({name: optional_values(col) for name, col in t.metrics.items()})
+        columns.update({f"latency_{stage}_s": optional_values(col)
+                        for stage, col in t.latency.items() if not np.isnan(col).all()})
         columns.update({f"skipped_{group}": reasons for group, reasons in t.skipped.items()})
         columns["error"] = [None if (e := t.errors.get(i)) is None else str(e) for i in range(n)]
         return columns
 
-    def files(self, *, texts: bool = True) -> dict[str, str]:
-        """summary.json, samples.csv, traces.jsonl and error_rates.json by name; ``texts=False`` keeps
-        retrieved texts out of traces.jsonl (a study logs each index's chunk texts once)."""
-        return {
-            "summary.json": self.summary_json() + "\n",
-            "samples.csv": self.samples_csv(),
-            "traces.jsonl": "".join(self.table.trace_lines(texts=texts)),
-            "error_rates.json": _dumps(self.error_rates()) + "\n",
-        }
-
     def save(self, directory: str | Path, *, texts: bool = True) -> Path:
-        """Write ``files`` into ``directory``, each whole or not at all."""
+        """Write summary.json, samples.csv, traces.jsonl and error_rates.json into ``directory`` (see
+        ``composer.evaluation.artifacts``), each whole or not at all."""
+        from composer.evaluation.artifacts import report_files
+
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
-        for name, text in self.files(texts=texts).items():
+        for name, text in report_files(self, texts=texts).items():
             write_atomic(out / name, text)
         return out
 
@@ -531,65 +415,13 @@ _SUMMARY_KEYS = frozenset(
 )
 
 
-def _dumps(obj: Any, indent: int | None = 2) -> str:
+def strict_json(obj: Any, indent: int | None = 2) -> str:
     """Strict JSON (NaN would make the file unreadable to most parsers), Arabic kept readable. Most objects
     hold no NaN: they are dumped as they are, and only the others walked for it."""
     try:
         return json.dumps(obj, ensure_ascii=False, indent=indent, allow_nan=False)
     except ValueError:
         return json.dumps(_finite(obj), ensure_ascii=False, indent=indent, allow_nan=False)
-
-
-def _json_objects(columns: Mapping[str, Column], n: int, *, keep_nan: bool) -> list[str]:
-    """Row i of ``columns`` as a JSON object ``{"name": value, ...}``, written column by column: NaN is
-    ``null`` with ``keep_nan``, else the key is left out of that row."""
-    if not columns:
-        return ["{}"] * n
-    keys = [_json_str(name) + ": " for name in columns]
-    rows = zip(*[_json_floats(col) for col in columns.values()], strict=True)
-    if keep_nan:  # every key in every row: one %-format per row
-        template = "{" + ", ".join(key.replace("%", "%%") + "%s" for key in keys) + "}"
-        return [template % row for row in rows]
-    return ["{" + ", ".join([k + v for k, v in zip(keys, row, strict=True) if v != "null"]) + "}"
-            for row in rows]
-
-
-def _json_strings(values: Sequence[str | None]) -> list[str]:
-    """Each string as ``json.dumps(v, ensure_ascii=False)`` writes it, through the C encoder it calls
-    (``dumps`` with options builds an encoder per call: 8,700 calls a trial)."""
-    return [_json_string(v) for v in values]
-
-
-def _json_string(value: str | None) -> str:
-    """One string (or None) as ``_json_strings`` writes it."""
-    return "null" if value is None else _json_str(value)
-
-
-_NOT_FINITE = frozenset({"NaN", "Infinity", "-Infinity"})
-
-
-def _json_floats(column: Column) -> list[str]:
-    """Each value as JSON writes it, ``null`` where not finite."""
-    return _float_strings(column, "null")
-
-
-def _float_strings(column: Column, missing: str) -> list[str]:
-    """Each value as Python, JSON and the csv module write a float (its repr), ``missing`` where not
-    finite. Each distinct value (by its bits) is written once, in one C-level call: a metric column holds
-    a few (0, 1, 1/2...), and repr costs ~1 us a float, 50k floats a trial."""
-    if not len(column):
-        return []
-    bits = np.ascontiguousarray(column, dtype=np.float64).view(np.int64)
-    distinct, where = np.unique(bits, return_inverse=True)
-    written = json.dumps(distinct.view(np.float64).tolist())[1:-1].split(", ")
-    text = [missing if v in _NOT_FINITE else v for v in written]
-    return [text[i] for i in where.ravel().tolist()]
-
-
-def _hit_dict(hit: Hit, texts: bool, ids_only: bool) -> Any:
-    if ids_only:
-        return hit.id
-    return {"id": hit.id, "score": hit.score, "doc_id": hit.doc_id, **({"text": hit.text} if texts else {})}
 
 
 def _finite(obj: Any) -> Any:

@@ -12,13 +12,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
-
 from composer.errors import InputError
 from composer.files import write_atomic
 from composer.redact import scrub, scrub_url
 from composer.study.leaderboard import STUDY_ATTR, ranked_trials
 from composer.study.record import TrialRecord
+from composer.yamlfile import dump_yaml
 
 if TYPE_CHECKING:
     import optuna
@@ -95,7 +94,7 @@ def render_yaml(doc: dict[str, Any]) -> str:
     header = (f"# Best pipeline of Composer study '{prov['study']}' (trial #{prov['trial']}).\n"
               "# Reproduce its scores: composer eval QUESTIONS --corpus CORPUS --config <this file> "
               "--split selection\n")
-    return header + yaml.safe_dump(doc, allow_unicode=True, sort_keys=False)
+    return header + dump_yaml(doc)
 
 
 def render_python(doc: dict[str, Any]) -> str:
