@@ -7,7 +7,10 @@ import errno
 import os
 import sqlite3
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from composer.errors import ComposerError
 
@@ -59,10 +62,18 @@ def write_atomic(path: Path, text: str | bytes, *, fsync: bool = False) -> None:
     """
     if not isinstance(text, str | bytes):
         raise TypeError(f"write_atomic takes str or bytes, not {type(text).__name__}")
+    with atomic_output(path, fsync=fsync) as f:
+        f.write(text if isinstance(text, bytes) else text.encode("utf-8"))
+
+
+@contextmanager
+def atomic_output(path: Path, *, fsync: bool = False) -> Iterator[BinaryIO]:
+    """A binary file to write ``path``'s content into, a piece at a time; it replaces ``path`` once the
+    block ends without an error (see ``write_atomic``), and is removed otherwise."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(text if isinstance(text, bytes) else text.encode("utf-8"))
+            yield f
             if fsync:
                 f.flush()
                 os.fsync(f.fileno())

@@ -16,17 +16,18 @@ from composer.errors import InputError
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def decode_utf8(data: bytes, path: str | Path) -> str:
-    """``data`` decoded as strict UTF-8 (a leading BOM is dropped); bad bytes are located exactly."""
+def decode_utf8(data: bytes, path: str | Path, *, offset: int = 0, line: int = 1) -> str:
+    """``data`` decoded as strict UTF-8, a leading BOM dropped when ``data`` starts the file; bad bytes are
+    located exactly. ``data`` is the file's from byte ``offset`` on, which starts line ``line`` (a file
+    read a line at a time)."""
     try:
-        return data.decode("utf-8-sig")
+        return data.decode("utf-8-sig" if offset == 0 else "utf-8")
     except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
         bad = data[e.start : e.end].hex(" ")
         raise InputError(
-            f"not valid UTF-8: byte(s) {bad} at byte offset {e.start}; save the file as UTF-8",
+            f"not valid UTF-8: byte(s) {bad} at byte offset {offset + e.start}; save the file as UTF-8",
             path=path,
-            line=line,
+            line=line + data.count(b"\n", 0, e.start),
         ) from e
 
 

@@ -210,7 +210,7 @@ def test_record_numbers_point_into_the_file(tmp_path: Path) -> None:
     table = tmp_path / "a.csv"
     table.write_text('a,b\n1,"two\nlines"\n\n3,x\n', encoding="utf-8")
     records = read_records(table)
-    assert records.rows == [(2, {"a": "1", "b": "two\nlines"}), (5, {"a": "3", "b": "x"})]
+    assert list(records.rows) == [(2, {"a": "1", "b": "two\nlines"}), (5, {"a": "3", "b": "x"})]
     sheet = _write([{"a": 1}, {"a": 2}], tmp_path / "a.xlsx")
     assert [n for n, _ in read_records(sheet).rows] == [2, 3]
     assert read_records(sheet).unit == "row"
@@ -226,7 +226,7 @@ def test_spreadsheet_header_below_blank_rows(tmp_path: Path) -> None:
     sheet.append(["ID", "Question", "Relevant_IDs"])
     sheet.append([101, "q?", "d1;d2"])
     book.save(tmp_path / "q.xlsx")
-    assert read_records(tmp_path / "q.xlsx").rows == [
+    assert list(read_records(tmp_path / "q.xlsx").rows) == [
         (3, {"ID": 101, "Question": "q?", "Relevant_IDs": "d1;d2"})
     ]
     (q,) = load_questions(tmp_path / "q.xlsx")

@@ -233,6 +233,27 @@ def test_equal_composites_are_broken_by_latency_then_cost_in_every_ranking(tmp_p
     assert leaderboard(study)["trial"].tolist() == [2, 1, 0, 3]
 
 
+def test_an_equal_composite_goes_to_the_pareto_front_before_the_faster_trial(tmp_path: Path) -> None:
+    """Two objectives (composite, context tokens): trial 0 ties trial 1's composite with more tokens, so it
+    is dominated and cannot be the best, however fast it ran (it was, when latency broke the tie)."""
+    import optuna
+    from optuna.distributions import IntDistribution
+
+    from composer.study.export import best_trial
+    from composer.study.leaderboard import leaderboard, ranked_trials
+
+    study = optuna.create_study(storage=_url(tmp_path / "optuna.db"), study_name="multi",
+                                directions=["maximize", "minimize"])
+    for i, (composite, tokens, latency) in enumerate([(0.8, 900, 1.0), (0.8, 300, 50.0), (0.7, 100, 1.0)]):
+        study.add_trial(optuna.trial.create_trial(
+            params={"i": i}, distributions={"i": IntDistribution(0, 10)}, values=[composite, tokens],
+            user_attrs={"composer": _record(i, composite, latency=latency)}))
+    assert {t.number for t in study.best_trials} == {1, 2}
+    assert [t.number for t in ranked_trials(study)] == [1, 0, 2]
+    assert best_trial(study).number == 1
+    assert leaderboard(study)["trial"].tolist() == [1, 0, 2]
+
+
 def test_failures_are_summarised_by_cause() -> None:
     from composer.cli.optimize import failure_lines
     from composer.study.leaderboard import failure_causes

@@ -31,9 +31,9 @@ class ChunkTable(Mapping[str, tuple[str, str]]):
     that answer matching searches). ``texts`` may be empty strings where the text is unknown; ``key``
     names a table that can be found again (an index key), empty for one made up on the spot."""
 
-    ids: tuple[str, ...]
-    doc_ids: tuple[str, ...]
-    texts: tuple[str, ...]
+    ids: Sequence[str]
+    doc_ids: Sequence[str]
+    texts: Sequence[str]
     key: str = ""
 
     def __post_init__(self) -> None:

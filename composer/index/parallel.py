@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from composer.errors import ComposerError
+from composer.pickling import dump_strings, load_strings
 
 R = TypeVar("R")
 _LOST = object()
@@ -76,7 +77,10 @@ def map_shards(
 
 def _in_worker(func: Callable[..., R], args: tuple[Any, ...]) -> R:
     """One call in a fresh worker; the call and its result are streamed through the pipes, never held
-    whole as bytes on either side (a shard of 100k texts pickles to ~100 MB)."""
+    whole as bytes on either side (a shard of 100k texts pickles to ~100 MB).
+
+    An argument that is a list of strings (the texts to analyze) follows the call through
+    ``pickling.dump_strings``: pickled as they are, they would stay in this process twice."""
     package_root = str(Path(__file__).resolve().parents[2])  # the worker imports this very composer
     path = os.environ.get("PYTHONPATH")
     env = {**os.environ, "PYTHONPATH": package_root + (os.pathsep + path if path else "")}
@@ -88,7 +92,11 @@ def _in_worker(func: Callable[..., R], args: tuple[Any, ...]) -> R:
         result: Any = _LOST
         try:
             with worker.stdin:  # the worker reads the whole call before it writes anything
-                pickle.dump((func, args), worker.stdin, protocol=5)
+                texts = [i for i, arg in enumerate(args) if _is_texts(arg)]
+                head = tuple(_TEXTS if i in texts else arg for i, arg in enumerate(args))
+                pickle.dump((func, head), worker.stdin, protocol=5)
+                for i in texts:
+                    dump_strings(args[i], worker.stdin)
             result = pickle.load(worker.stdout)
         except (OSError, EOFError, pickle.UnpicklingError):
             pass  # the worker died: its exit status and last words say more
@@ -100,8 +108,20 @@ def _in_worker(func: Callable[..., R], args: tuple[Any, ...]) -> R:
     return cast(R, result)
 
 
+_TEXTS = "composer.index.parallel:texts"
+"""Stands in the pickled call for a list of strings that follows it in blocks."""
+
+
+def _is_texts(arg: Any) -> bool:
+    return isinstance(arg, list) and bool(arg) and all(type(x) is str for x in arg)
+
+
 def _serve() -> None:
-    func, args = pickle.load(sys.stdin.buffer)
+    stdin = sys.stdin.buffer
+    func, head = pickle.load(stdin)
+    args: list[Any] = []
+    for arg in head:
+        args.append(load_strings(stdin) if isinstance(arg, str) and arg == _TEXTS else arg)
     pickle.dump(func(*args), sys.stdout.buffer, protocol=5)
 
 

@@ -32,6 +32,7 @@ def leaderboard(study: optuna.Study) -> pd.DataFrame:
     from optuna.trial import TrialState
 
     k = int(study.user_attrs.get(STUDY_ATTR, {}).get("k_eval", 10))
+    dominated = dominated_trials(study)
     rows: list[tuple[tuple[float, ...], dict[str, Any]]] = []
     for t in study.get_trials(deepcopy=False):
         if t.state in (TrialState.RUNNING, TrialState.WAITING):
@@ -46,7 +47,7 @@ def leaderboard(study: optuna.Study) -> pd.DataFrame:
         row["duplicate_of"] = record.duplicate_of if record is not None else None
         row["index_key"] = record.index.key if record is not None and record.index is not None else None
         row["seconds"] = t.duration.total_seconds() if t.duration is not None else None
-        rows.append((rank_key(t.state.name, metrics, t.number), row))
+        rows.append((rank_key(t.state.name, metrics, t.number, t.number in dominated), row))
     columns = ["trial", "state", "composite", *headline_metrics(k), "config", "duplicate_of", "index_key",
                "seconds"]
     return pd.DataFrame([row for _, row in sorted(rows, key=lambda pair: pair[0])], columns=columns)
@@ -55,32 +56,50 @@ def leaderboard(study: optuna.Study) -> pd.DataFrame:
 STATE_ORDER = {"COMPLETE": 0, "PRUNED": 1, "FAIL": 2}
 
 
-def rank_key(state: str, metrics: Mapping[str, float], number: int) -> tuple[float, ...]:
+def rank_key(
+    state: str, metrics: Mapping[str, float], number: int, dominated: bool = False
+) -> tuple[float, ...]:
     """The one order of a study's trials: complete, then pruned, then failed; the best composite first; an
-    equal composite goes to the faster configuration (``latency_ms``), then the cheaper (``llm_cost_usd``;
-    none is free), then the earlier trial. Without the tie-break, a tie went to the slowest."""
+    equal composite goes to a trial on the Pareto front of a multi-objective study (``dominated``: one with
+    the same composite and a worse secondary objective, such as more context tokens, is not the best), then
+    to the faster configuration (``latency_ms``), then the cheaper (``llm_cost_usd``; none is free), then
+    the earlier trial. Without the tie-break, a tie went to the slowest."""
     composite = metrics.get("composite")
     return (
         STATE_ORDER.get(state, len(STATE_ORDER)),
         -float(composite) if composite is not None and composite == composite else math.inf,
+        float(dominated),
         float(metrics.get("latency_ms", math.inf)),
         float(metrics.get("llm_cost_usd", 0.0)),
         number,
     )
 
 
+def dominated_trials(study: optuna.Study) -> set[int]:
+    """Numbers of the complete trials off the Pareto front of a multi-objective study (none otherwise)."""
+    from optuna.trial import TrialState
+
+    if len(study.directions) < 2:
+        return set()
+    front = {t.number for t in study.best_trials}
+    return {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))} - front
+
+
 def ranked_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     """Complete trials best first (``rank_key``), one per distinct configuration (repeats left out).
 
-    The composite decides in multi-objective studies too: its maximum always lies on the Pareto front.
+    The composite decides in multi-objective studies too: among the trials of the highest composite, one
+    at least lies on the Pareto front, and the tie-break puts those first.
     """
     from optuna.trial import TrialState
 
     seen: set[str] = set()
     out = []
+    dominated = dominated_trials(study)
     scored = [(t, record) for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
               if (record := TrialRecord.of(t)) is not None and record.composite is not None]
-    for t, record in sorted(scored, key=lambda pair: rank_key("COMPLETE", pair[1].metrics, pair[0].number)):
+    for t, record in sorted(scored, key=lambda pair: rank_key("COMPLETE", pair[1].metrics, pair[0].number,
+                                                               pair[0].number in dominated)):
         if record.config_hash not in seen:
             seen.add(record.config_hash)
             out.append(t)
