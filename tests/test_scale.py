@@ -4,6 +4,7 @@ index keys that differ only in k1, b or title weight; the embedding ``device`` s
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 from collections import Counter
@@ -117,6 +118,58 @@ def test_a_failing_worker_is_a_clear_error_and_shards_cover_all(monkeypatch: pyt
     assert sorted(finished) == [0, 1, 2]
     with pytest.raises(ComposerError, match=r"worker process running detect_language failed: .*TypeError"):
         parallel.map_shards(detect_language, [(1,), (2,)])
+
+
+def test_texts_sent_to_workers_come_back_whole_and_keep_no_utf8_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPython attaches a UTF-8 copy to a str it pickles, for good: the texts go to the workers as bytes."""
+    texts, _ = arcd()
+    sizes = [sys.getsizeof(t) for t in texts]
+    monkeypatch.setattr(parallel, "cores", lambda: 2)
+    monkeypatch.setattr(parallel, "PARALLEL_MIN", 10)
+    calls = [(texts[part],) for part in parallel.shards(len(texts))]
+    assert len(calls) > 1
+    assert [t for shard in parallel.map_shards(list, calls) for t in shard] == texts  # Arabic, "" and all
+    assert [sys.getsizeof(t) for t in texts] == sizes
+    pickled = "نص عربي " * 100
+    before = sys.getsizeof(pickled)
+    pickle.dumps(pickled)
+    assert sys.getsizeof(pickled) > before, "what the test guards against: pickling grows a str"
+
+
+def test_a_text_column_reads_back_what_was_written_and_refuses_other_files(tmp_path: Path) -> None:
+    from composer.data.columns import TextColumn
+
+    strings = ["", "نص عربي", "a\x00b", "این کتاب‌ها", "x" * 70_000, "\n"]
+    TextColumn.write(tmp_path / "col", strings)
+    column = TextColumn(tmp_path / "col")
+    assert len(column) == 6 and list(column) == strings and column[-1] == "\n" and column[1:3] == strings[1:3]
+    with pytest.raises(IndexError):
+        column[6]
+    TextColumn.write(tmp_path / "empty", [])
+    assert list(TextColumn(tmp_path / "empty")) == []
+    for name, data in (("blank", b""), ("short", b"abc"), ("noise", bytes(range(256)) * 4)):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(ValueError, match="not a text column"):
+            TextColumn(tmp_path / name)
+
+
+def test_a_json_lines_corpus_is_read_a_line_at_a_time(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A corpus of 10^6 documents is never read whole; the file's text is read only to explain an error."""
+    from composer.data import load_corpus, readers
+    from composer.errors import InputError
+
+    monkeypatch.setattr(readers, "read_text", lambda path: pytest.fail("read whole"))
+    corpus = load_corpus(ARCD / "corpus.jsonl")
+    assert len(corpus) == 460
+    bad = tmp_path / "bad.jsonl"
+    data = '\ufeff{"id": "a", "text": "نص"}\n\n{"id": "b", "text": "x'.encode() + b'\xff"}\n'
+    bad.write_bytes(data)
+    with pytest.raises(InputError) as caught:
+        load_corpus(bad)
+    offset = data.index(b"\xff")  # in the file, as when it was decoded whole
+    assert caught.value.line == 3 and f"byte(s) ff at byte offset {offset};" in caught.value.message
 
 
 def test_an_unguarded_script_is_not_rerun_by_the_workers(tmp_path: Path) -> None:
