@@ -325,3 +325,43 @@ def test_edge_threshold_is_read_when_a_backend_is_made(
     monkeypatch.setattr(edge, "OPTIMIZE_MIN_POINTS", 7)
     assert edge.EdgeBackend(tmp_path).optimize_min_points == 7
     assert edge.EdgeBackend(tmp_path, optimize_min_points=3).optimize_min_points == 3
+
+
+def test_a_large_index_keeps_its_rescoring_vectors_mapped_from_the_work_dir_with_equal_scores(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """From ON_DISK_MIN_POINTS chunks the exact-rescoring vectors are unlinked files under the work dir's
+    scratch folder, mapped read-only; the rankings are those of the in-memory vectors, bit for bit."""
+    import mmap
+
+    from composer.data import load_corpus, load_questions
+    from composer.pipeline import indexing
+    from composer.pipeline.pipeline import SCRATCH, Pipeline
+    from composer.pipeline.workspace import Workspace
+
+    corpus = load_corpus(ARCD / "corpus.jsonl")
+    questions = list(load_questions(ARCD / "questions.jsonl", corpus=corpus))[:200]
+    config = {"retrieval": {"mode": "hybrid", "k": 10}, "chunking": {"method": "sentence", "size": 400}}
+    rankings = {}
+    for name, threshold in (("memory", 10**9), ("mapped", 1)):
+        monkeypatch.setattr(indexing, "ON_DISK_MIN_POINTS", threshold)
+        pipe = Pipeline.from_config(config, workdir=tmp_path / name)
+        pipe.index(corpus)
+        ranking, _ = pipe.rank(questions)
+        rankings[name] = (ranking.items, ranking.scores)
+        exact = pipe.handle.exact
+        mapped = [isinstance(_owner(a), mmap.mmap)
+                  for a in (exact.bm25.data, exact.bm25.indices, exact.bm25.indptr, exact.dense)]
+        assert mapped == [name == "mapped"] * 4
+        Workspace.get(tmp_path / name).close()
+    assert list((tmp_path / "mapped" / SCRATCH).iterdir()) == [], "unlinked: nothing is left behind"
+    assert (rankings["memory"][0] == rankings["mapped"][0]).all()
+    assert (rankings["memory"][1] == rankings["mapped"][1]).all()
+
+
+def _owner(array: Any) -> Any:
+    """What finally holds an array's memory (following views to their base)."""
+    while isinstance(getattr(array, "base", None), np.ndarray):
+        array = array.base
+    base = array.base
+    return base.obj if isinstance(base, memoryview) else base

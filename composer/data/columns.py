@@ -19,6 +19,8 @@ import numpy as np
 from composer.files import atomic_output
 
 _INT = np.dtype("<i8")
+_RELEASE = 16 << 20
+"""Bytes read by an iteration between releases of their pages."""
 
 
 class TextColumn(Sequence[str]):
@@ -65,4 +67,18 @@ class TextColumn(Sequence[str]):
         return self._map[int(self._offsets[i]):int(self._offsets[i + 1])].decode("utf-8")
 
     def __iter__(self) -> Iterator[str]:
-        return (self[i] for i in range(len(self)))
+        """Every string in order; the pages read are dropped from this process as it goes (they stay in
+        the kernel's page cache), so a pass over a large column does not grow the process."""
+        assert self._map is not None or not len(self)
+        done = 0
+        for i in range(len(self)):
+            yield self[i]
+            end = int(self._offsets[i + 1]) // mmap.PAGESIZE * mmap.PAGESIZE
+            if end - done >= _RELEASE:
+                self._release(done, end)
+                done = end
+        self._release(done, int(self._offsets[-1]))
+
+    def _release(self, start: int, end: int) -> None:
+        if self._map is not None and end > start and hasattr(self._map, "madvise"):
+            self._map.madvise(mmap.MADV_DONTNEED, start, end - start)

