@@ -27,9 +27,10 @@ demo: $(STAMP)
 	cat .composer/best.yaml
 	$(OFFLINE) $(BIN)/composer trials arabic-demo -e $(DEMO)
 
-# pytest exits 5 when it collects no test: make fails on it like on any failure.
+# pytest exits 5 when it collects no test: make fails on it like on any failure. Two processes (the
+# machines have two cores); a file's tests stay on one, so its module fixtures are built once.
 test: $(STAMP)
-	$(OFFLINE) $(BIN)/python -m pytest -q
+	$(OFFLINE) $(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check composer tests benchmarks

@@ -319,6 +319,8 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=REPO / "docs" / "images" / "scale.png")
     parser.add_argument("--results", type=Path, default=None, help="also write the results as JSON here")
     parser.add_argument("--no-study", action="store_true", help="skip the 20-trial study at each size")
+    parser.add_argument("--study-max", type=int, default=None,
+                        help="run the 20-trial study only at sizes up to this many chunks")
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     dense = {p: int(n) for p, n in (item.split("=") for item in args.dense)}
@@ -336,7 +338,7 @@ def main() -> None:
         started = time.perf_counter()
         result, peaks = measured(command)
         result["bm25_tree_rss_mb"], result["tree_rss_mb"] = peaks
-        if not args.no_study:
+        if not args.no_study and (args.study_max is None or n <= args.study_max):
             result["study_s"], result["study_rss_mb"] = study(path)
         result["load_avg"] = os.getloadavg()[0]
         results.append(result)

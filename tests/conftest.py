@@ -12,6 +12,9 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+# pytest-xdist's workers inherit COLUMNS=80 and LINES=24: the CLI would then wrap what tests read as lines.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

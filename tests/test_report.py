@@ -11,8 +11,7 @@ import pandas as pd
 import pytest
 
 from composer.data.types import Hit
-from composer.evaluation import EvaluationReport, SampleRecord, StageError, render_report
-from composer.evaluation import artifacts
+from composer.evaluation import EvaluationReport, SampleRecord, StageError, artifacts, render_report
 from composer.evaluation import report as report_module
 
 

@@ -88,7 +88,8 @@ def test_logs_are_written_by_the_writer_process_and_the_spool_emptied(tmp_path: 
     assert not list(spool.rglob("*.pkl"))
     # The chunk table went to the spool once, by reference, not once per trial: as columns the writer maps.
     assert [p.name for p in (spool / "tables").iterdir()] == ["composer-test"]
-    assert sorted(p.name for p in (spool / "tables" / "composer-test").iterdir()) == ["doc_ids", "ids", "texts"]
+    columns = sorted(p.name for p in (spool / "tables" / "composer-test").iterdir())
+    assert columns == ["doc_ids", "ids", "texts"]
 
 
 CHILD = textwrap.dedent("""
