@@ -16,6 +16,7 @@ import hashlib
 import json
 import math
 import re
+import sys
 import threading
 import time
 from collections import deque
@@ -26,6 +27,15 @@ from types import TracebackType
 from typing import Any
 
 from composer.llm.preflight import PING
+
+
+class LoopbackServer(ThreadingHTTPServer):
+    """A threading HTTP server that stays quiet when a client drops a kept-alive connection (litellm's
+    pools close theirs at exit or after a timeout); any other handler error is still printed."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
 
 
 @dataclass(frozen=True)
@@ -167,7 +177,7 @@ class FakeLLMServer:
 
     def start(self) -> FakeLLMServer:
         handler = _make_handler(self)
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler, bind_and_activate=False)
+        httpd = LoopbackServer(("127.0.0.1", 0), handler, bind_and_activate=False)
         httpd.daemon_threads = True
         httpd.request_queue_size = 256  # many concurrent connects: the default backlog of 5 refuses them
         httpd.allow_reuse_address = True
