@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,10 @@ os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 # pytest-xdist's workers inherit COLUMNS=80 and LINES=24: the CLI would then wrap what tests read as lines.
 os.environ.pop("COLUMNS", None)
 os.environ.pop("LINES", None)
+# A suite started in the background by a non-interactive shell (`make test &`, nohup) inherits SIGINT
+# ignored, and so would every study it starts: the Ctrl-C tests need Python's own handler, here and in them.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
