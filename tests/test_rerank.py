@@ -223,3 +223,33 @@ def test_mmr_through_the_pipeline(tmp_path: Path, lam: float) -> None:
         assert [h.id for h in run[q.id]] == [hits[i].id for i in mmr_order(relevance, docs, lam, 3)]
         if lam == 1.0:
             assert [h.id for h in run[q.id]] == [h.id for h in hits[:3]]  # lambda 1 keeps BM25's order
+
+
+def test_cross_encoder_device_is_a_setting_and_cpu_keeps_old_config_hashes(
+    tiny_cross_encoder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``rerank.device`` reaches the model; left at cpu it is not in the config's dict, so configurations
+    hashed before the setting existed keep their identity."""
+    import torch
+
+    plain = RerankConfig(method="cross-encoder", model=str(tiny_cross_encoder))
+    assert "device" not in plain.model_dump(mode="json", by_alias=True)
+    assert RerankConfig(method="cross-encoder", model="m", device="auto").model_dump()["device"] == "auto"
+    with pytest.raises(ValueError, match="device 'cuda' needs method 'cross-encoder'"):
+        RerankConfig(method="mmr", device="cuda")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    hits = [[Hit(id="a", score=1.0, text="cats sleep"), Hit(id="b", score=0.5, text="dogs bark")]]
+    auto = make_reranker(
+        RerankConfig(method="cross-encoder", model=str(tiny_cross_encoder), device="auto"),
+        cache=EmbeddingCache(tmp_path / "auto"),
+        embedder=None,
+    )
+    assert len(auto.rerank(["where do cats sleep"], hits, 2)[0]) == 2  # auto without a GPU: cpu
+    cuda = make_reranker(
+        RerankConfig(method="cross-encoder", model=str(tiny_cross_encoder), device="cuda"),
+        cache=EmbeddingCache(tmp_path / "cuda"),
+        embedder=None,
+    )
+    with pytest.raises(ComposerError, match=r"rerank\.device is 'cuda' but torch sees no CUDA GPU"):
+        cuda.rerank(["where do cats sleep"], hits, 2)

@@ -55,7 +55,7 @@ def cpu_has_fast_bfloat16() -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
 
 
-def resolve_device(device: Device) -> str:
+def resolve_device(device: Device, setting: str = "embedding.device") -> str:
     """The torch device for a ``device`` setting: ``auto`` is cuda when torch sees a GPU, else cpu (never an
     error); ``cuda`` without one fails here, naming the setting, rather than deep inside the first encode."""
     if device == "cpu":
@@ -65,7 +65,7 @@ def resolve_device(device: Device) -> str:
     if torch.cuda.is_available():
         return "cuda"
     if device == "cuda":
-        raise ComposerError("embedding.device is 'cuda' but torch sees no CUDA GPU: use 'cpu' or 'auto'")
+        raise ComposerError(f"{setting} is 'cuda' but torch sees no CUDA GPU: use 'cpu' or 'auto'")
     return "cpu"
 
 

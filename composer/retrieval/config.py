@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
+from composer.embedding.config import Device
 from composer.settings import Strict
 from composer.text.analyzers import AnalyzerName
 
@@ -61,6 +62,14 @@ class RerankConfig(Strict):
         default="listwise", description="'llm' only: one ranking call per question, or a grade per passage."
     )
     top_n: int = Field(default=10, ge=1, le=100, description="'llm' only: hits the LLM reorders.")
+    device: Device = Field(
+        default="cpu",
+        # Left out of a config's dict at its default, so configurations hashed before the setting existed
+        # keep their identity (a resumed study does not re-run them).
+        exclude_if=lambda device: device == "cpu",
+        description="'cross-encoder' only: where the model scores pairs: cpu, cuda, or auto (cuda when torch "
+        "sees a GPU, else cpu). Scores are cached by model, not device.",
+    )
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -70,6 +79,14 @@ class RerankConfig(Strict):
         if info.data.get("method") == "cross-encoder" and not model:
             raise ValueError("method 'cross-encoder' needs 'model'")
         return model
+
+    @field_validator("device")
+    @classmethod
+    def _device_for_cross_encoder(cls, device: Device, info: ValidationInfo) -> Device:
+        """Only a cross-encoder runs on a device Composer chooses; elsewhere the setting would do nothing."""
+        if device != "cpu" and info.data.get("method") != "cross-encoder":
+            raise ValueError(f"device '{device}' needs method 'cross-encoder'")
+        return device
 
 
 class QueryExpansionConfig(Strict):

@@ -13,7 +13,13 @@ import numpy as np
 
 from composer.data.types import Hit
 from composer.embedding import CachedEmbedder, EmbeddingCache, cache_key
-from composer.embedding.sbert import hub_commit, local_model_digest, quiet_transformers_loading
+from composer.embedding.config import Device
+from composer.embedding.sbert import (
+    hub_commit,
+    local_model_digest,
+    quiet_transformers_loading,
+    resolve_device,
+)
 from composer.errors import ComposerError
 from composer.retrieval.config import RerankConfig
 
@@ -40,12 +46,15 @@ class CrossEncoderReranker:
     repeated configuration or a resumed study never scores a pair twice.
     """
 
-    def __init__(self, model: str, cache: EmbeddingCache, *, batch_size: int = 32) -> None:
+    def __init__(
+        self, model: str, cache: EmbeddingCache, *, batch_size: int = 32, device: Device = "cpu"
+    ) -> None:
         expanded = os.path.expanduser(model)
         self._local = Path(expanded).resolve() if os.path.isdir(expanded) else None
         self._name = model
         self._cache = cache
         self._batch_size = batch_size
+        self._device = device
         self._model: Any = None
         self._identity: str | None = None
         self._commit: str | None = None
@@ -81,7 +90,10 @@ class CrossEncoderReranker:
             try:
                 with quiet:
                     self._model = CrossEncoder(
-                        source, device="cpu", revision=revision, local_files_only=self._local is not None
+                        source,
+                        device=resolve_device(self._device, "rerank.device"),
+                        revision=revision,
+                        local_files_only=self._local is not None,
                     )
             except Exception as exc:
                 raise ComposerError(f"cannot load cross-encoder '{self._name}': {exc}") from exc
@@ -187,7 +199,7 @@ def make_reranker(
         return LLMRerank(LLMReranker(llm, cfg.mode, cfg.top_n))
     if cfg.method == "cross-encoder":
         assert cfg.model is not None  # enforced by RerankConfig
-        return CrossEncoderReranker(cfg.model, cache, batch_size=cfg.batch_size)
+        return CrossEncoderReranker(cfg.model, cache, batch_size=cfg.batch_size, device=cfg.device)
     if cfg.method == "mmr":
         if embedder is None:
             raise ComposerError("rerank 'mmr' needs an embedding model")
