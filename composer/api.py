@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from composer.errors import ComposerError, ConfigError, config_error
+from composer.errors import ConfigError, config_error
 
 if TYPE_CHECKING:
     from composer.data.types import Corpus, QuestionSet
@@ -51,9 +52,11 @@ def evaluate(
 
     ``system`` is a pipeline config (YAML path, dict, ``PipelineConfig``), a ``Pipeline``, a run (run file
     path, or mapping question id -> ranked ids or hits), any object with ``retrieve(question) -> list``
-    (and optionally ``answer(question, contexts) -> str``; sync or ``async def``), or a plain callable
-    ``question -> list``. ``metrics`` names the LLM-judged metrics to compute (default: the judge's own,
-    answer_correctness and faithfulness); retrieval and deterministic answer metrics are always reported.
+    (a LlamaIndex retriever too; optionally with ``answer(question, contexts) -> str``; sync or ``async
+    def``), a LangChain retriever or runnable (``invoke(question) -> list of Documents``), or a plain
+    callable ``question -> list``. ``metrics`` names the LLM-judged metrics to compute (default: the
+    judge's own, answer_correctness and faithfulness); retrieval and deterministic answer metrics are always
+    reported.
     ``judge`` is a litellm model name or a judge block (``model``, ``api_base``, ``api_key_env``,
     ``timeout``...). ``mlflow`` logs the report as a run: a tracking URI, ``{"tracking_uri", "experiment",
     "run_name"}``, or True for ``<workdir>/mlflow.db``. Caches (judge replies, indexes) live in ``workdir``.
@@ -145,7 +148,7 @@ def _judging(
 
 def _producer(system: Any, corpus: Corpus | None, workdir: Path, concurrency: int) -> RankingPipeline:
     """Whatever ``system`` is, as the thing scoring asks to rank and answer batches."""
-    from composer.evaluation.system import SystemPipeline, is_system
+    from composer.evaluation.system import SystemPipeline, is_system, not_a_system
     from composer.pipeline.config import PipelineConfig
     from composer.pipeline.pipeline import Pipeline
 
@@ -166,10 +169,10 @@ def _producer(system: Any, corpus: Corpus | None, workdir: Path, concurrency: in
         return _given(_run_of(system), {}, corpus)
     if is_system(system):
         return SystemPipeline(system, corpus=corpus, concurrency=concurrency)
-    raise ComposerError(
-        f"cannot evaluate a {type(system).__name__}: give a pipeline config (path, dict, PipelineConfig), a "
-        "Pipeline, a run (file or mapping question id -> ranked ids), an object with retrieve(question), "
-        "or a callable question -> list"
+    raise not_a_system(
+        system,
+        also="a pipeline config (path, dict, PipelineConfig), a Pipeline, a run (file or mapping question "
+        "id -> ranked ids)",
     )
 
 
@@ -185,9 +188,10 @@ def _is_run(mapping: Mapping[Any, Any]) -> bool:
 
 
 def _run_of(mapping: Mapping[Any, Any]) -> dict[str, Any]:
+    from composer.data.fields import normal_id
     from composer.evaluation.system import as_hits
 
-    return {str(qid): as_hits(items, str(qid)) for qid, items in mapping.items()}
+    return {normal_id(str(qid)): as_hits(items, str(qid)) for qid, items in mapping.items()}
 
 
 def _given(run: dict[str, Any], answers: dict[str, str], corpus: Corpus | None) -> RankingPipeline:
@@ -227,10 +231,16 @@ def load_pipeline(
 ) -> Pipeline:
     """A Composer pipeline from a config: a pipeline YAML, ``composer export``'s file (its ``pipeline``
     section), a dict or a ``PipelineConfig``. With ``corpus`` it is indexed (built once, then reused from
-    ``workdir``), ready for ``pipe.search(text)`` and ``pipe.ask(question)``."""
+    ``workdir``), ready for ``pipe.search(text)`` and ``pipe.ask(question)``.
+
+    ``workdir`` (indexes, embeddings, LLM replies) defaults to ``.composer`` beside a config file (the
+    folder itself when it is one: an export written into a study's work dir reuses its caches), and for an
+    in-memory config to the user's cache folder (``$XDG_CACHE_HOME/composer``, else
+    ``~/.cache/composer``): never a folder of wherever the process happens to run."""
     from composer.pipeline.config import PipelineConfig, load_pipeline_config
     from composer.pipeline.pipeline import Pipeline
 
+    work = Path(workdir) if workdir is not None else _pipeline_workdir(config)
     if isinstance(config, str | Path):
         config = load_pipeline_config(config)
     elif not isinstance(config, PipelineConfig):
@@ -238,13 +248,20 @@ def load_pipeline(
         if isinstance(data.get("pipeline"), Mapping):  # an export document
             data = dict(data["pipeline"])
         config = PipelineConfig.from_dict(data)
-    pipe = Pipeline.from_config(
-        config, workdir=Path(workdir) if workdir is not None else DEFAULT_WORKDIR, qdrant=qdrant
-    )
+    pipe = Pipeline.from_config(config, workdir=work, qdrant=qdrant)
     docs = _corpus(corpus)
     if docs is not None:
         pipe.index(docs)
     return pipe
+
+
+def _pipeline_workdir(config: object) -> Path:
+    """Where ``load_pipeline`` keeps its caches unless told (see its docstring)."""
+    if isinstance(config, str | Path):
+        folder = Path(config).resolve().parent
+        return folder if folder.name == DEFAULT_WORKDIR.name else folder / DEFAULT_WORKDIR.name
+    cache = os.environ.get("XDG_CACHE_HOME")
+    return (Path(cache) if cache else Path.home() / ".cache") / "composer"
 
 
 # -- optimize -----------------------------------------------------------------------------------------
@@ -270,8 +287,10 @@ def optimize(
     """Run (or continue) a study and return its winner.
 
     ``target`` is an experiment file or dict, or a factory ``settings -> system`` (any system ``evaluate``
-    accepts): Composer samples ``space`` (the dimension format of ``search_spaces/*.yaml``, a dict or a
-    file; for a factory its keys are the factory's own settings) with Optuna, scores each system in
+    accepts): Composer samples ``space`` (the format of ``search_spaces/*.yaml``, a dict or a file; or a
+    flat mapping of dimensions: ``{"k": [3, 5, 10], "b": {"low": 0.3, "high": 0.9}}``, a list being the
+    choices and a range's type read from its bounds; for a factory its keys are the factory's own
+    settings) with Optuna, scores each system in
     batches with pruning, logs every trial to MLflow under one parent run, resumes when called again with
     the same ``name`` and ``workdir``, and re-scores the winner on the held-out split (``split=
     {"held_out": 0.3}``). The remaining keyword arguments are experiment keys (``split``, ``timeout``,
@@ -358,6 +377,11 @@ def _experiment(
         data["corpus"] = _as_file(data["corpus"], inputs, "corpus")
     if "questions" in data:
         data["questions"] = _as_file(data["questions"], inputs, "questions")
+    if isinstance(data.get("search_space"), Mapping):  # checked as given: errors name the argument's keys
+        from composer.study.space import parse_search_space
+
+        argument = "space" if space is not None else "search_space"
+        parse_search_space(dict(data["search_space"]), free=factory is not None, argument=argument)
     if "search_space" in data:
         data["search_space"] = _as_file(data["search_space"], inputs, "space")
     if factory is not None:

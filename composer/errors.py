@@ -3,6 +3,7 @@ that had to stop (the CLI reads ``exit_code``)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -10,10 +11,47 @@ if TYPE_CHECKING:
     from pydantic import ValidationError
 
 
+_OPEN, _CLOSE = "\ue000", "\ue001"
+_OPTION = re.compile(f"{_OPEN}([a-z_]+)(?:=([^{_CLOSE}]*))?{_CLOSE}")
+OPTIONS: dict[str, tuple[str, str]] = {
+    "study_name": ("--study-name", "name="),
+    "debug": ("--debug", 'logging.getLogger("composer").setLevel("DEBUG")'),
+}
+"""Each option a message may suggest, by role: (the CLI's flag, the Python API's words)."""
+
+
+def option(role: str, value: str | None = None) -> str:
+    """The option playing ``role`` (a key of ``OPTIONS``), with an example ``value``, as a ComposerError's
+    message holds it: ``str(error)`` speaks the API's words (``name='x'``), ``cli_message()`` the CLI's
+    (``--study-name x``), so one message serves both callers."""
+    if role not in OPTIONS:
+        raise KeyError(role)
+    return f"{_OPEN}{role}{'' if value is None else '=' + value}{_CLOSE}"
+
+
+def _spoken(text: str, cli: bool) -> str:
+    def word(match: re.Match[str]) -> str:
+        flag, api = OPTIONS[match.group(1)]
+        value = match.group(2)
+        if value is None:
+            return flag if cli else api
+        return f"{flag} {value}" if cli else f"{api}{value!r}"
+
+    return _OPTION.sub(word, text)
+
+
 class ComposerError(Exception):
-    """Base class for errors Composer reports without a traceback."""
+    """Base class for errors Composer reports without a traceback. Options a message suggests (see
+    ``option``) read as the API's words in ``str()``, as the CLI's flags in ``cli_message()``."""
 
     exit_code = 2
+
+    def __str__(self) -> str:
+        return _spoken(super().__str__(), cli=False)
+
+    def cli_message(self) -> str:
+        """The message as the command line says it: its options as flags."""
+        return _spoken(super().__str__(), cli=True)
 
 
 class StudyStopped(ComposerError):

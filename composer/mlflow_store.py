@@ -16,11 +16,10 @@ import glob
 import logging
 import os
 import sqlite3
-import tempfile
 from pathlib import Path
 
 from composer.errors import InputError
-from composer.files import NoSpaceError, disk_full_error
+from composer.files import NoSpaceError, disk_full_error, temporary_beside
 from composer.store import sqlite_file, sqlite_url
 
 logger = logging.getLogger(__name__)
@@ -69,7 +68,7 @@ def _create(file: Path) -> None:
     file.parent.mkdir(parents=True, exist_ok=True)
     for stale in file.parent.glob(f".{glob.escape(file.name)}.*.tmp*"):  # of a creator killed half-way
         stale.unlink(missing_ok=True)
-    fd, name = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.", suffix=".tmp")
+    fd, name = temporary_beside(file)  # the umask's mode, like the store MLflow itself would create
     os.close(fd)
     tmp = Path(name)
     try:

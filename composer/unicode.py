@@ -8,12 +8,15 @@ fail when first encoded (a fingerprint, a cache key, MLflow), far from the file 
 from __future__ import annotations
 
 import re
+import unicodedata
 from pathlib import Path
 from typing import Any
 
 from composer.errors import InputError
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_INVISIBLE_CATEGORIES = frozenset(("Cf", "Cc", "Zs", "Zl", "Zp"))
+"""Format characters (zero-width, direction marks, BOM, soft hyphen...), controls and separators."""
 
 
 def decode_utf8(data: bytes, path: str | Path, *, offset: int = 0, line: int = 1) -> str:
@@ -63,3 +66,19 @@ def first_invalid(value: Any, field: str = "") -> tuple[str, str] | None:
             if (found := first_invalid(item, f"{field}[{i}]")) is not None:
                 return found
     return None
+
+
+def invisible_only(text: str) -> str | None:
+    """When ``text`` has characters but none that shows (only whitespace, zero-width characters, direction
+    marks, a BOM or other format and control characters), what it holds, said for a user ("only invisible
+    characters: U+200B ZERO WIDTH SPACE, U+200F RIGHT-TO-LEFT MARK"); None for text that shows something,
+    and for empty text (the caller's "missing" case). A text that shows nothing indexes as nothing: every
+    question on it scores 0. Stops at the first visible character, so a real document costs one step."""
+    if not text or any(unicodedata.category(c) not in _INVISIBLE_CATEGORIES for c in text):
+        return None
+    marks = sorted({c for c in text if not c.isspace()})
+    if not marks:
+        return "only whitespace"
+    named = ", ".join(f"U+{ord(c):04X} {unicodedata.name(c, 'unnamed')}" for c in marks[:3])
+    more = f" and {len(marks) - 3} more" if len(marks) > 3 else ""
+    return f"only invisible characters: {named}{more}"

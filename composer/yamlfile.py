@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from composer.errors import ConfigError, InputError
+from composer.files import open_regular
 from composer.unicode import decode_utf8, invalid_text, printable
 
 
@@ -16,9 +18,10 @@ def read_yaml(path: str | Path, *, what: str = "file") -> Any:
     the line and key where it can)."""
     p = Path(path)
     try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{what} not found", path=p) from None
+        with open_regular(p) as f:  # a FIFO would block and /dev/zero never end
+            data = f.read()
+    except InputError as exc:
+        raise ConfigError(f"{what} not found" if not os.path.lexists(p) else exc.message, path=p) from None
     try:
         text = decode_utf8(data, p)
     except InputError as exc:

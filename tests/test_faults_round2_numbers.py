@@ -319,5 +319,6 @@ def test_the_objective_and_space_are_stored_masked_and_compared() -> None:
     assert "pw" not in json.dumps(stored)
     check_unchanged(study, storage, ObjectiveConfig(k=5, metrics={"recall": 4, "token_f1": 4}), space)
     optuna.create_study(storage=storage, study_name="s-2")
-    with pytest.raises(ComposerError, match=r"objective changed: k 5 -> 10.*--study-name s-3"):
+    with pytest.raises(ComposerError, match=r"objective changed: k 5 -> 10.*name=.s-3.") as changed:
         check_unchanged(study, storage, ObjectiveConfig(k=10, metrics={"recall": 1, "token_f1": 1}), space)
+    assert "--study-name s-3" in changed.value.cli_message()  # the API's words above, the CLI's flag here

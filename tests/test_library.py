@@ -279,7 +279,7 @@ def test_api_errors_are_composer_errors_naming_the_key(
         )
     with pytest.raises(ConfigError, match=r"no answer\(question, contexts\) method"):
         composer.evaluate(Bm25sRetriever(corpus), questions, corpus, judge="openai/x", workdir=tmp_path)
-    with pytest.raises(ConfigError, match=r"dimensions\.k\.type"):
+    with pytest.raises(ConfigError, match=r'^space\["dimensions"\]\["k"\]\["type"\]: '):
         composer.optimize(
             lambda s: Bm25sRetriever(corpus),
             space={"dimensions": {"k": {"type": "nope"}}},

@@ -424,3 +424,5 @@ def test_optimize_workdir_and_a_selection_set_that_cannot_separate_the_top_trial
     assert "warning: selection set too small to separate the top trials: on its 8 questions" in output
     assert "95% CI [+0.0000, +0.0000] spans 0" in output
     assert f"export: composer export small --storage sqlite:///{work / 'optuna.db'}" in output
+    # The export it offers lands in the work dir (where load_pipeline keeps indexes), not in the cwd.
+    assert f"--out {work.resolve() / 'best.yaml'}" in output

@@ -39,3 +39,25 @@ def test_every_wrapped_private_part_works(tmp_path: Path) -> None:
     assert _optuna.get_trial(study, _optuna.trial_id(running)).state == TrialState.FAIL
     with pytest.raises(Exception, match="finished"):  # Optuna refuses to change a finished trial
         _optuna.set_state(study, _optuna.trial_id(running), TrialState.FAIL)
+
+
+def test_trials_beat_through_composers_heartbeat_and_stale_trials_reach_its_callback(tmp_path: Path) -> None:
+    """``use_heartbeat`` swaps the thread Optuna's optimize loop records heartbeats in; the storage's
+    stale-trial callback is the one ``make_storage`` gave it."""
+    import threading
+
+    from composer.study._storage import make_storage
+    from composer.study._workers import Heartbeat, StaleTrials
+
+    storage = make_storage(f"sqlite:///{tmp_path / 'o.db'}", heartbeat_interval=1)
+    study = optuna.create_study(storage=storage, study_name="beats")
+    _optuna.use_heartbeat(Heartbeat)
+    beating: list[threading.Thread] = []
+
+    def objective(trial: optuna.Trial) -> float:
+        beating.extend(t for t in threading.enumerate() if "heartbeat" in t.name)
+        return 1.0
+
+    study.optimize(objective, n_trials=1)
+    assert [(t.name.startswith("composer-heartbeat-"), t.daemon) for t in beating] == [(True, True)]
+    assert isinstance(_optuna.stale_trial_callback(study), StaleTrials)

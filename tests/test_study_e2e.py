@@ -143,7 +143,7 @@ def test_mlflow_parent_and_one_nested_run_per_trial(finished: Finished) -> None:
         assert run.data.params["chunking.method"] == t.params["chunking.method"]
         assert run.data.params["retrieval.k"] == str(t.params["retrieval.k"])
     pruned = runs[1]
-    assert pruned.info.status == "FINISHED" and pruned.data.tags["composer.state"] == "PRUNED"
+    assert pruned.info.status == "KILLED" and pruned.data.tags["composer.state"] == "PRUNED"
     assert runs[2].data.tags["composer.duplicate_of"] == "0"
     assert runs[2].data.tags["composer.duplicate_of_run"] == runs[0].info.run_id  # points at the original
 

@@ -163,7 +163,7 @@ def test_alias_and_field_name_are_the_same_key() -> None:
         ({"retrieval.k": {"choices": []}}, "dimensions.retrieval.k.choices", "non-empty"),
         ({"retrieval.k": {"choice": [3]}}, "dimensions.retrieval.k.choice", "unknown key"),
         ({"retrieval.k": {"type": "bool"}}, "dimensions.retrieval.k.type", "categorical, int or float"),
-        ({"retrieval.k": [3, 5]}, "dimensions.retrieval.k", "expected a mapping"),
+        ({"retrieval.k": 3}, "dimensions.retrieval.k", "expected a list of choices, or a mapping"),
         ({"retrieval.fusion": {"choices": ["rrf"], "when": {"retrieval.mode": "hybrid"}},
           "retrieval.mode": {"choices": ["hybrid"]}},
          "dimensions.retrieval.fusion.when.retrieval.mode", "must be declared before"),

@@ -24,7 +24,7 @@ from composer.evaluation.report import EvaluationReport, SampleTable
 from composer.study.live import StudyProgress
 from composer.study.record import TrialLog
 from composer.tracking.runs import RunWriter
-from composer.tracking.spool import Orphans, Spool
+from composer.tracking.spool import RECORD, Orphans, Spool
 from composer.tracking.writer import TRACE_BACKLOG, StudyTracker, WriterSettings, _write
 
 TABLE = ChunkTable(
@@ -85,7 +85,7 @@ def test_logs_are_written_by_the_writer_process_and_the_spool_emptied(tmp_path: 
     runs = runs_by_trial(tmp_path)
     assert sorted(runs) == [0, 1, 2] and all(r.info.status == "FINISHED" for r in runs.values())
     spool = tmp_path / "spool" / "s"
-    assert not list(spool.rglob("*.pkl"))
+    assert not list(spool.rglob(f"*{RECORD}"))
     # The chunk table went to the spool once, by reference, not once per trial: as columns the writer maps.
     assert [p.name for p in (spool / "tables").iterdir()] == ["composer-test"]
     columns = sorted(p.name for p in (spool / "tables" / "composer-test").iterdir())
@@ -200,7 +200,7 @@ def test_a_writer_that_keeps_up_writes_every_trials_mlflow_traces(tmp_path: Path
     for number in range(TRACE_BACKLOG + 7):
         tracker.submit(trial_log(number))
         deadline = time.monotonic() + 60
-        while list(tracker.spool.owner.glob("*.pkl")) and time.monotonic() < deadline:
+        while list(tracker.spool.owner.glob(f"*{RECORD}")) and time.monotonic() < deadline:
             time.sleep(0.05)
     tracker.close()
     mlflow.flush_trace_async_logging()

@@ -1,5 +1,5 @@
 """What a study shows in MLflow (issue 18.2, 18.3): traces with per-question assessments, the leaders' traces
-always written, a per-question table, pruned trials FINISHED, the winner marked, the parent's summary kept
+always written, a per-question table, pruned trials KILLED, the winner marked, the parent's summary kept
 per segment, PNG charts; the writer restarted when it dies (19); `composer ui` and `composer report`."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from test_study_writer import runs_by_trial, settings, trial_log, writer_for
 
 from composer.data.ranking import ChunkTable
 from composer.tracking.runs import BEST_TAG, QUESTION_TABLE, STATE_TAG, RunWriter, read_question_table
-from composer.tracking.spool import UNTRACED, Spool
+from composer.tracking.spool import RECORD, UNTRACED, Spool
 from composer.tracking.writer import TRACE_BACKLOG, StudyTracker, _write
 
 GOLD = {
@@ -81,10 +81,11 @@ def test_every_trial_has_a_question_table_worst_first(tmp_path: Path) -> None:
     assert row["recall@1"] == 0.0 and row["question"] == "second?"
 
 
-def test_a_pruned_trial_is_finished_and_tagged_pruned_not_killed(tmp_path: Path) -> None:
+def test_a_pruned_trial_is_killed_and_tagged_pruned_not_finished_like_a_complete_one(tmp_path: Path) -> None:
+    """Issue 26: a pruned trial showed the same green "Finished" as a complete one (it was FINISHED)."""
     writer_for(tmp_path).write_trial(trial_log(3, "PRUNED"))
     run = runs_by_trial(tmp_path)[3]
-    assert run.info.status == "FINISHED" and run.data.tags[STATE_TAG] == "PRUNED"
+    assert run.info.status == "KILLED" and run.data.tags[STATE_TAG] == "PRUNED"
 
 
 def test_the_experiment_opens_on_runs_and_says_how_a_study_is_laid_out(tmp_path: Path) -> None:
@@ -139,7 +140,7 @@ def test_the_winner_and_runner_up_get_their_traces_after_the_study(tmp_path: Pat
     assert runs[2].data.tags["composer.traces"] == "written after the study: winner"
     assert runs[0].data.tags["composer.traces"] == "written after the study: runner-up"
     assert runs[2].info.status == "FINISHED"
-    assert [p.name for p in (tmp_path / "spool" / UNTRACED).iterdir()] == ["000003-trial.pkl"]
+    assert [p.name for p in (tmp_path / "spool" / UNTRACED).iterdir()] == [f"000003-trial{RECORD}"]
 
 
 def test_a_store_error_a_retry_got_past_is_reported_not_only_in_writer_log(tmp_path: Path) -> None:
@@ -256,7 +257,7 @@ def test_report_writes_one_self_contained_page(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     page = out.read_text(encoding="utf-8")
     assert "<h2>Leaderboard</h2>" in page and page.count("data:image/png;base64,") == 2
-    assert "<script" not in page and "http" not in page.split("<body>")[1]  # nothing fetched
+    assert "<script" not in page and 'src="http' not in page  # nothing fetched (MLflow runs are only linked)
     worst = page.split("worst questions</h2>")[1]
     assert "<table" in worst and "expected_ids" in worst and "No per-question table" not in worst
     assert [p.name for p in tmp_path.glob("page.html*")] == ["page.html"]  # written atomically

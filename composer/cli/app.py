@@ -3,8 +3,10 @@ so `composer --help` answers at once."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import re
+import resource
 import sys
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -31,14 +33,33 @@ def user_error_message(exc: BaseException) -> str | None:
     """The one-line message for an error in the user's input, or None for a bug (keeps its traceback)."""
     if (full := disk_full_error(exc)) is not None:  # even under an error raised while handling it
         return str(full)
+    if (files := too_many_open_files(exc)) is not None:
+        return files
     if isinstance(exc, ComposerError):
-        return str(exc)
+        return exc.cli_message()  # the options it suggests as flags
     if isinstance(exc, FileNotFoundError | FileExistsError | IsADirectoryError | NotADirectoryError
                   | PermissionError):
         return f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)
     pandas = sys.modules.get("pandas")
     if pandas is not None and isinstance(exc, pandas.errors.ParserError | pandas.errors.EmptyDataError):
         return "could not parse input: " + " ".join(str(exc).split())
+    return None
+
+
+def too_many_open_files(exc: BaseException) -> str | None:
+    """What to do about the open-file limit behind ``exc`` (following the errors it was raised from or
+    while handling: SQLAlchemy and alembic wrap it), or None when none is behind it."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno == errno.ENFILE:
+            return "too many open files on this machine (its limit on all processes' open files was reached)"
+        if isinstance(current, OSError) and current.errno == errno.EMFILE:
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            limit = "unlimited" if soft == resource.RLIM_INFINITY else str(soft)
+            return f"too many open files (the open-file limit is {limit}; raise it with `ulimit -n 1024`)"
+        current = current.__cause__ or current.__context__
     return None
 
 
@@ -134,10 +155,10 @@ class _ConsoleHandler(logging.Handler):
     _STYLES: ClassVar[dict[int, str]] = {logging.WARNING: "yellow", logging.ERROR: "red"}
 
     def __init__(self) -> None:
-        from rich.console import Console
+        from composer.console import make_console
 
         super().__init__()
-        self._console = Console(stderr=True, soft_wrap=True, highlight=False)
+        self._console = make_console(stderr=True, soft_wrap=True, highlight=False)
 
     def emit(self, record: logging.LogRecord) -> None:
         from rich.text import Text

@@ -174,16 +174,17 @@ def eval_command(
         sys.stdout.write(report.summary_json() + "\n")
         return
 
-    from rich.console import Console
+    from composer.console import make_console
 
-    console = Console()
+    console = make_console()
     console.print(render_report(report))
     for line in failed_sample_lines(report):
         console.print(line, markup=False, highlight=False)
     if "llm" in report.meta:
-        console.print(_llm_line(report.meta["llm"]), highlight=False)
+        answers = "from the run file" if run is not None else None  # --run: never generated (--llm refused)
+        console.print(_llm_line(report.meta["llm"], answers), markup=False, highlight=False)
     if out is not None:
-        console.print(f"report written to {out}")
+        console.print(f"report written to {out}", markup=False, highlight=False)
 
 
 def _run_llm(config: PipelineConfig, judge: str | None, timeout: float | None) -> Any:
@@ -288,13 +289,15 @@ def failed_sample_lines(report: EvaluationReport, limit: int = 20) -> list[str]:
     return lines
 
 
-def _llm_line(section: dict[str, Any]) -> str:
+def _llm_line(section: dict[str, Any], answers: str | None = None) -> str:
+    """The LLM usage line; ``answers`` says where answers no LLM generated came from (default: the
+    pipeline's extractive answerer)."""
     usage, rates = section["usage"], section["error_rates"]
     cost = f"${usage['llm_cost_usd']:.4f}"
     if usage["llm_unpriced_requests"]:
         cost += f" (+{usage['llm_unpriced_requests']} unpriced requests)"
     parts = [
-        f"LLM: answers {section['generator'] or 'extractive'}, judge {section['judge'] or 'none'}",
+        f"LLM: answers {section['generator'] or answers or 'extractive'}, judge {section['judge'] or 'none'}",
         f"{usage['llm_calls']} calls ({usage['llm_cached_calls']} cached, {usage['llm_requests']} requests)",
         f"{usage['llm_prompt_tokens']:,} prompt + {usage['llm_completion_tokens']:,} completion tokens",
         cost,

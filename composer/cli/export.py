@@ -7,11 +7,11 @@ from typing import Any, Literal
 
 import typer
 
-from composer.cli.options import EXPERIMENT, STORAGE
+from composer.cli.options import EXPERIMENT, STORAGE, STUDY
 
 
 def export_command(
-    study: str | None = typer.Argument(None, help="Study name (default: the experiment's name)."),
+    study: str | None = STUDY,
     out: Path = typer.Option(..., "--out", "-o", help="File to write (best.yaml, best.py)."),
     fmt: Literal["yaml", "python"] = typer.Option(
         "yaml", "--format", help="yaml: pipeline + scores + provenance; python: a runnable script."
@@ -21,8 +21,7 @@ def export_command(
     storage: str | None = STORAGE,
 ) -> None:
     """Export the best trial's self-contained pipeline config, its scores and provenance."""
-    from rich.console import Console
-
+    from composer.console import make_console
     from composer.study._storage import load_study
     from composer.study.experiment import locate_study
     from composer.study.export import best_trial, export_document, write_export
@@ -35,12 +34,13 @@ def export_command(
     record = TrialRecord.of(chosen)
     composite = record.composite if record is not None else None
     score = f" (composite {composite:.4f})" if composite is not None else ""
-    console = Console(stderr=True, soft_wrap=True)
-    console.print(f"trial #{chosen.number}{score} of study {name} written to {out}", highlight=False)
+    console = make_console(stderr=True, soft_wrap=True)
+    console.print(f"trial #{chosen.number}{score} of study {name} written to {out}", markup=False,
+                  highlight=False)
     if trial is None:
         warning = runner_up_warning(loaded.user_attrs.get("held_out"), chosen.number)
         if warning:
-            console.print(f"warning: {warning}", style="yellow", highlight=False)
+            console.print(f"warning: {warning}", style="yellow", markup=False, highlight=False)
 
 
 def runner_up_warning(held: Any, winner: int) -> str | None:

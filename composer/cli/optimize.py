@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from composer.cli.options import flag
+from composer.cli.options import checked_study_name, flag
 from composer.errors import ComposerError
 
 
@@ -19,7 +19,8 @@ def optimize_command(
         None, "--n-trials", min=1, help="Total finished trials to reach (default: the experiment's n_trials)."
     ),
     study_name: str | None = typer.Option(
-        None, "--study-name", help="Study to create or continue (default: the experiment's name)."
+        None, "--study-name", help="Study to create or continue (default: the experiment's name).",
+        callback=checked_study_name,
     ),
     storage: str | None = typer.Option(
         None, "--storage", help="Optuna storage URL, overriding the experiment's: e.g. a PostgreSQL URL "
@@ -92,7 +93,14 @@ def optimize_command(
                   highlight=False)
     found = f"--experiment {experiment}" if workdir is None else f"--storage {scrub_url(exp.storage_url)}"
     out.print(f"MLflow: {scrub_url(result.tracking_uri)} (composer ui --experiment {experiment}) · "
-              f"export: composer export {result.name} {found} --out best.yaml", highlight=False)
+              f"export: composer export {result.name} {found} --out {_shown(exp.work_dir / 'best.yaml')}",
+              markup=False, highlight=False)
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the current folder when it lies below it: the export lands in the work dir,
+    where ``load_pipeline`` keeps its indexes by default, not in whatever folder the command ran from."""
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
 def failure_lines(causes: list[tuple[str, list[int]]], limit: int = 8) -> list[str]:

@@ -7,6 +7,8 @@ from typing import Any
 
 import typer
 
+from composer.errors import ConfigError
+
 WORKDIR = typer.Option(
     Path(".composer"), "--workdir", help="Where caches and Qdrant Edge indexes live (shared by every run)."
 )
@@ -21,6 +23,26 @@ EXPERIMENT = typer.Option(
 )
 STORAGE = typer.Option(
     None, "--storage", help="Optuna storage URL (default: the experiment's, else sqlite:///.composer/optuna.db)."
+)
+
+
+
+def checked_study_name(param: typer.CallbackParam, value: str | None) -> str | None:
+    """The STUDY argument's and ``--study-name``'s check, made while the command line is read, before
+    anything is created: the experiment's ``name:`` check (a name that is a path, or markup, is refused)."""
+    from composer.study.experiment import check_study_name
+
+    if value is None:
+        return None
+    try:
+        return check_study_name(value)
+    except ValueError as exc:
+        field = param.opts[0] if param.opts[0].startswith("-") else "STUDY"
+        raise ConfigError(str(exc), field=field) from None
+
+
+STUDY = typer.Argument(
+    None, help="Study name (default: the experiment's name).", callback=checked_study_name
 )
 
 

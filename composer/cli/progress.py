@@ -18,7 +18,6 @@ def pipeline_progress(enabled: bool = True) -> Iterator[ProgressHook | None]:
     if not enabled:
         yield None
         return
-    from rich.console import Console
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -31,6 +30,8 @@ def pipeline_progress(enabled: bool = True) -> Iterator[ProgressHook | None]:
     )
     from rich.text import Text
 
+    from composer.console import make_console
+
     class RateColumn(ProgressColumn):
         """Items per second (Rich's own speed column counts bytes)."""
 
@@ -39,7 +40,7 @@ def pipeline_progress(enabled: bool = True) -> Iterator[ProgressHook | None]:
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), RateColumn(),
                TimeRemainingColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bars:
+    with Progress(*columns, console=make_console(stderr=True), transient=True) as bars:
         tasks: dict[str, TaskID] = {}
 
         def hook(stage: str, done: int, total: int) -> None:

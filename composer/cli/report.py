@@ -4,33 +4,47 @@ from __future__ import annotations
 
 import base64
 import html
+import numbers
+import urllib.parse
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
-from composer.cli.options import EXPERIMENT, STORAGE
+from composer.cli.options import EXPERIMENT, STORAGE, STUDY
 
 if TYPE_CHECKING:
     import optuna
     import pandas as pd
+    from mlflow import MlflowClient
 
     from composer.study.experiment import ExperimentConfig
 
 WORST = 10
 """How many of the winner's questions the page lists, worst first."""
+TOP = 5
+"""How many of the best trials the page gives confidence intervals for."""
+DEFAULT_UI_URL = "http://127.0.0.1:5000"
+"""Where ``composer ui`` serves a local store with its default ``--host`` and ``--port``."""
 
 
 def report_command(
-    study: str | None = typer.Argument(None, help="Study name (default: the experiment's name)."),
+    study: str | None = STUDY,
     experiment: Path | None = EXPERIMENT,
     storage: str | None = STORAGE,
     out: Path | None = typer.Option(
         None, "--out", help="HTML file to write (default: <workdir>/<study>-report.html)."
     ),
+    ui_url: str | None = typer.Option(
+        None, "--ui-url", help="MLflow UI the page links runs to (default: the tracking server, else "
+        f"where `composer ui` serves a local store: {DEFAULT_UI_URL})."
+    ),
 ) -> None:
-    """Write the study's leaderboard, optimization history, parameter importances and the winner's worst
-    questions as one HTML page (images inline, no scripts)."""
+    """Write the study's held-out verdict, leaderboard (LLM cost, MLflow run links), confidence intervals,
+    optimization history, parameter importances and the winner's worst questions as one HTML page (images
+    inline, no scripts)."""
     from composer.errors import ConfigError
     from composer.files import write_atomic
     from composer.study.experiment import locate_study
@@ -40,29 +54,39 @@ def report_command(
     if exp is None:
         raise ConfigError("give --experiment EXPERIMENT.yaml: the page needs its objective and MLflow store",
                           field="experiment")
-    page = render_report(load_study(name, url), exp)
+    page = render_report(load_study(name, url), exp, ui_url)
     target = out or exp.work_dir / f"{name}-report.html"
     write_atomic(target, page)
     typer.echo(f"report: {target}")
 
 
-def render_report(study: optuna.Study, exp: ExperimentConfig) -> str:
-    """The page's HTML: every value escaped, the charts as inline PNG."""
+def render_report(study: optuna.Study, exp: ExperimentConfig, ui_url: str | None = None) -> str:
+    """The page's HTML: every value escaped, the charts as inline PNG, MLflow runs linked in the UI at
+    ``ui_url`` (see ``ui_base``)."""
     from composer.study import _report
     from composer.study.leaderboard import leaderboard
 
+    base = ui_base(exp.tracking_uri, ui_url)
     board = leaderboard(study)
+    trials = study.get_trials(deepcopy=False)
     charts = _report.plots(study, exp)
     best = None if board.empty or board.iloc[0]["state"] != "COMPLETE" else int(board.iloc[0]["trial"])
     weights = dict(study.user_attrs.get("objective_weights", {}))
+    runs = _mlflow_runs(exp, study.study_name, base)
     title = f"Composer study {study.study_name}"
     headline = "none" if best is None else f"trial #{best}, composite {float(board.iloc[0]['composite']):.4f}"
     parts = [
         f"<h1>{html.escape(title)}</h1>",
         f"<p>{len(board)} finished trials; best: {headline}"
-        + f". Objective weights: {html.escape(', '.join(f'{k} {w:.2f}' for k, w in weights.items()))}.</p>",
+        + f". Objective weights: {html.escape(', '.join(f'{k} {w:.2f}' for k, w in weights.items()))}. "
+        + html.escape(_cost_line(_report.llm_totals(trials))) + "</p>",
+        _mlflow_line(runs, exp),
+        "<h2>Held-out verdict</h2>",
+        _held_out_section(study.user_attrs.get("held_out")),
         "<h2>Leaderboard</h2>",
-        board.drop(columns=["index_key"]).to_html(index=False, na_rep="", float_format="{:.4f}".format),
+        _leaderboard_table(board, _costs(trials), runs),
+        f"<h2>95% bootstrap confidence intervals (top {TOP})</h2>",
+        _intervals_table(board, list(weights), runs),
     ]
     for key, heading in (("optimization_history", "Optimization history"),
                          ("param_importances", "Parameter importances"), ("pareto_front", "Pareto front")):
@@ -70,9 +94,9 @@ def render_report(study: optuna.Study, exp: ExperimentConfig) -> str:
             data = base64.b64encode(charts[key]).decode("ascii")
             parts += [f"<h2>{heading}</h2>", f'<img alt="{heading}" src="data:image/png;base64,{data}">']
     parts.append(f"<h2>The winner's {WORST} worst questions</h2>")
-    worst = None if best is None else _worst_questions(exp, study.study_name, best, list(weights))
+    worst = None if best is None or runs is None else _worst_questions(runs, best, list(weights))
     parts.append(
-        worst.to_html(index=False, na_rep="", float_format="{:.3f}".format, border=0)
+        _table(list(worst.columns), worst.itertuples(index=False), digits=3)
         if worst is not None
         else "<p>No per-question table in MLflow for the winner (its run is not written, or older).</p>"
     )
@@ -84,15 +108,54 @@ def render_report(study: optuna.Study, exp: ExperimentConfig) -> str:
     )
 
 
-def _worst_questions(
-    exp: ExperimentConfig, study: str, number: int, metrics: list[str]
-) -> pd.DataFrame | None:
-    """The winner's per-question table from MLflow, worst first, cut to the objective's metrics."""
+def ui_base(tracking_uri: str, given: str | None) -> str:
+    """Where the page's run links point: ``given`` (``--ui-url``), else the tracking server itself (its
+    credentials left out), else what ``composer ui`` serves a local store at with its defaults."""
+    from composer.errors import ConfigError
+
+    if given is not None:
+        parts = urllib.parse.urlsplit(given)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"not an http(s) URL: {given!r} (e.g. {DEFAULT_UI_URL})", field="--ui-url")
+        return given.rstrip("/")
+    if tracking_uri.startswith(("http://", "https://")):
+        parts = urllib.parse.urlsplit(tracking_uri)
+        host = parts.netloc.rpartition("@")[2]
+        return urllib.parse.urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
+    return DEFAULT_UI_URL
+
+
+@dataclass(frozen=True)
+class Link:
+    """A table cell that links: its text and address are escaped like any other cell's."""
+
+    href: str
+    text: str
+
+
+@dataclass(frozen=True)
+class StudyRuns:
+    """The study's runs in its MLflow store, and where the UI shows them."""
+
+    client: MlflowClient
+    base: str
+    experiment_id: str
+    parent: str | None
+    trials: dict[int, str]
+    """Trial number -> run id."""
+
+    def link(self, run_id: str, text: str) -> Link:
+        quote = urllib.parse.quote
+        return Link(f"{self.base}/#/experiments/{quote(self.experiment_id)}/runs/{quote(run_id)}", text)
+
+
+def _mlflow_runs(exp: ExperimentConfig, study: str, base: str) -> StudyRuns | None:
+    """The study's parent run and its trial runs (a trial's newest run if it has several), as the MLflow
+    writer finds them; None when the store holds none of them yet."""
     from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
 
     from composer.store import sqlite_file
-    from composer.tracking.runs import STUDY_TAG, TRIAL_TAG, read_question_table
+    from composer.tracking.runs import ROLE_TAG, STUDY_TAG, TRIAL_TAG
 
     file = sqlite_file(exp.tracking_uri)
     if file is not None and not file.exists():
@@ -101,12 +164,141 @@ def _worst_questions(
     found = client.get_experiment_by_name(exp.mlflow_experiment)
     if found is None:
         return None
-    wanted = f"tags.`{STUDY_TAG}` = '{study}' and tags.`{TRIAL_TAG}` = '{number}'"
-    runs = client.search_runs([found.experiment_id], filter_string=wanted)
-    if not runs:
+    runs = client.search_runs([found.experiment_id], filter_string=f"tags.`{STUDY_TAG}` = '{study}'",
+                              max_results=50000)
+    ordered = sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))
+    parents = [r.info.run_id for r in ordered if r.data.tags.get(ROLE_TAG) == "study"]
+    trials = {int(r.data.tags[TRIAL_TAG]): str(r.info.run_id) for r in ordered
+              if r.data.tags.get(ROLE_TAG) == "trial" and r.data.tags.get(TRIAL_TAG, "").isdigit()}
+    return StudyRuns(client, base, str(found.experiment_id), str(parents[0]) if parents else None, trials)
+
+
+def _mlflow_line(runs: StudyRuns | None, exp: ExperimentConfig) -> str:
+    from composer.cli.ui import runs_url
+    from composer.redact import scrub_url
+
+    store = html.escape(scrub_url(exp.tracking_uri))
+    if runs is None:
+        return f"<p>MLflow: no runs of this study in {store}.</p>"
+    every = Link(runs_url(runs.base, runs.experiment_id), "every run of the experiment")
+    study = [] if runs.parent is None else [runs.link(runs.parent, "the study's run")]
+    shown = ", ".join(_cell(link, 4) for link in (*study, every))
+    return (f"<p>MLflow ({store}): {shown}; each trial's run is linked in the leaderboard. The links open "
+            f"the MLflow UI at {html.escape(runs.base)} (<code>composer ui</code>; another address: "
+            "<code>--ui-url</code>).</p>")
+
+
+def _cost_line(llm: dict[str, float]) -> str:
+    if not llm:
+        return "LLM cost: no LLM calls."
+    return (f"LLM cost: ${llm.get('llm_cost_usd', 0.0):.4f} over all trials ({llm.get('llm_calls', 0.0):.0f} "
+            f"calls, {llm.get('llm_cached_calls', 0.0):.0f} from the cache).")
+
+
+def _costs(trials: list[optuna.trial.FrozenTrial]) -> dict[int, float]:
+    """Each trial's own LLM cost (trials that called no LLM are left out)."""
+    from composer.study.record import TrialRecord
+
+    return {t.number: float(r.llm_usage["llm_cost_usd"]) for t in trials
+            if (r := TrialRecord.of(t)) is not None and "llm_cost_usd" in r.llm_usage}
+
+
+def _held_out_section(held: Any) -> str:
+    """The held-out re-score of the winner and the runner-up and the verdict on their difference, as
+    ``composer optimize`` prints it; what is missing is said, not left blank."""
+    from composer.cli.optimize import held_out_verdict
+
+    if not isinstance(held, dict):
+        return ("<p>No held-out re-score: the experiment has no <code>split:</code>, so the winner was only "
+                "scored on the questions that chose it.</p>")
+    parts = [f"<p>{int(held.get('n_questions', 0))} held-out questions.</p>"]
+    roles = {"winner": "winner", "runner_up": "runner-up"}
+    rows = [[role, f"#{held[key]['trial']}", held[key].get("selection_composite"),
+             held[key].get("held_out_composite")]
+            for key, role in roles.items() if isinstance(held.get(key), dict)]
+    if rows:
+        parts.append(_table(["", "trial", "selection composite", "held-out composite"], rows))
+    d = held.get("difference")
+    if isinstance(d, dict):
+        low, high = d["ci95"]
+        parts.append(f"<p>Winner minus runner-up: {d['mean']:+.4f}, 95% CI [{low:+.4f}, {high:+.4f}] over "
+                     f"{int(d.get('n_paired', 0))} paired questions. Winner really better: "
+                     f"<strong>{html.escape(held_out_verdict(d))}</strong>.</p>")
+    if held.get("error"):
+        parts.append(f"<p>{html.escape(str(held['error']))}</p>")
+    return "\n".join(parts)
+
+
+def _leaderboard_table(board: pd.DataFrame, costs: dict[int, float], runs: StudyRuns | None) -> str:
+    """The leaderboard, each trial linked to its MLflow run, with its LLM cost."""
+    columns = [c for c in board.columns if c != "index_key"]
+    rows = []
+    for row in board[columns].itertuples(index=False):
+        cells: list[Any] = list(row)
+        number = int(cells[0])
+        if runs is not None and number in runs.trials:
+            cells[0] = runs.link(runs.trials[number], str(number))
+        duplicate = cells[columns.index("duplicate_of")]
+        cells[columns.index("duplicate_of")] = None if _blank(duplicate) else f"#{int(duplicate)}"
+        cost = costs.get(number)
+        rows.append([*cells, None if cost is None else f"{cost:.6f}"])
+    return _table([*columns, "llm_cost_usd"], rows)
+
+
+def _intervals_table(board: pd.DataFrame, metrics: list[str], runs: StudyRuns | None) -> str:
+    """Mean and 95% bootstrap CI of the objective's metrics for the best ``TOP`` complete trials (a repeat
+    of an earlier configuration, answered from it, is not one), from the ``summary.json`` of their MLflow
+    runs."""
+    ran = board[(board["state"] == "COMPLETE") & board["duplicate_of"].isna()]
+    top = [int(n) for n in ran["trial"].head(TOP)]
+    rows = []
+    for number in top:
+        run_id = None if runs is None else runs.trials.get(number)
+        summary = None if runs is None or run_id is None else _run_summary(runs.client, run_id)
+        if runs is None or run_id is None or summary is None:
+            continue
+        means, cis = summary.get("metrics") or {}, summary.get("ci") or {}
+        rows.append([runs.link(run_id, str(number)), *(_interval(means.get(m), cis.get(m)) for m in metrics)])
+    if not rows:
+        return "<p>No trial summaries in MLflow to read intervals from.</p>"
+    return _table(["trial", *metrics], rows)
+
+
+def _interval(mean: Any, ci: Any) -> str | None:
+    if mean is None:
+        return None
+    if not isinstance(ci, list) or len(ci) != 2 or None in ci:
+        return f"{mean:.4f}"
+    return f"{mean:.4f} [{ci[0]:.4f}, {ci[1]:.4f}]"
+
+
+def _run_summary(client: MlflowClient, run_id: str) -> dict[str, Any] | None:
+    """A trial run's ``summary.json`` (its report's means and CIs), None if it has none."""
+    import json
+    import tempfile
+
+    from mlflow.exceptions import MlflowException
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = Path(client.download_artifacts(run_id, "summary.json", tmp))
+            found = json.loads(path.read_text(encoding="utf-8"))
+        except (MlflowException, OSError, ValueError):  # a failed trial's run, or one written before
+            return None
+    return found if isinstance(found, dict) else None
+
+
+def _worst_questions(runs: StudyRuns, number: int, metrics: list[str]) -> pd.DataFrame | None:
+    """The winner's per-question table from MLflow, worst first, cut to the objective's metrics."""
+    from mlflow.exceptions import MlflowException
+
+    from composer.tracking.runs import read_question_table
+
+    run_id = runs.trials.get(number)
+    if run_id is None:
         return None
     try:
-        table = read_question_table(client, runs[0].info.run_id)
+        table = read_question_table(runs.client, run_id)
     except (MlflowException, OSError):  # a run written before trials had their table
         return None
     shown = [c for c in ("question", "expected_ids", "retrieved_ids", "answer", "expected_response")
@@ -121,6 +313,31 @@ def _worst_questions(
 
 def _ids(value: Any) -> str:
     return ", ".join(str(v) for v in list(value)[:5]) if value is not None else ""
+
+
+def _table(columns: Sequence[str], rows: Iterable[Sequence[Any]], digits: int = 4) -> str:
+    """An HTML table whose every header and cell is escaped (see ``_cell``)."""
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{_cell(v, digits)}</td>" for v in row) + "</tr>\n" for row in rows)
+    return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody></table>"
+
+
+def _cell(value: Any, digits: int) -> str:
+    """A cell's HTML: text escaped, a ``Link`` as an anchor (address and text escaped), a number with
+    ``digits`` decimals, a missing value blank."""
+    if isinstance(value, Link):
+        return f'<a href="{html.escape(value.href, quote=True)}">{html.escape(value.text)}</a>'
+    if _blank(value):
+        return ""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool | numbers.Integral):
+        return f"{float(value):.{digits}f}"
+    return html.escape(str(value))
+
+
+def _blank(value: Any) -> bool:
+    import pandas as pd
+
+    return value is None or (not isinstance(value, str | Link | list | tuple) and bool(pd.isna(value)))
 
 
 STYLE = (

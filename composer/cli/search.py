@@ -18,10 +18,11 @@ def search_command(
     width: int = typer.Option(160, "--width", help="Characters of each chunk to show."),
 ) -> None:
     """Print the chunks the pipeline retrieves for QUERY, best first."""
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from composer.cli.progress import pipeline_progress
+    from composer.console import make_console
     from composer.data import load_corpus
     from composer.pipeline.pipeline import Pipeline
 
@@ -30,12 +31,11 @@ def search_command(
         pipeline = Pipeline.from_config(config, workdir=workdir, qdrant=qdrant, progress=hook)
         pipeline.index(docs)
         hits = pipeline.search(query)
-    table = Table(title=query, show_lines=True)
+    table = Table(title=Text(query), show_lines=True)  # Text: the user's words are not Rich markup
     for column in ("rank", "score", "chunk", "text"):
         table.add_column(column, overflow="fold")
     for rank, hit in enumerate(hits, 1):
         text = " ".join((hit.text or "").split())
-        table.add_row(
-            str(rank), f"{hit.score:.4f}", hit.id, text[:width] + ("…" if len(text) > width else "")
-        )
-    Console().print(table)
+        shown = text[:width] + ("…" if len(text) > width else "")
+        table.add_row(str(rank), f"{hit.score:.4f}", Text(hit.id), Text(shown))
+    make_console().print(table)

@@ -123,9 +123,9 @@ def synth_command(
         sys.stdout.write(json.dumps(report, ensure_ascii=False) + "\n")
         return
 
-    from rich.console import Console
+    from composer.console import make_console
 
-    console = Console()
+    console = make_console()
     if review:
         console.print(review_table(outcome.rows, docs_seed=seed))
     for line in summary_lines(report, out, report_file):

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import typer
 
-from composer.cli.options import EXPERIMENT, STORAGE, flag
+from composer.cli.options import EXPERIMENT, STORAGE, STUDY, flag
 
 
 def trials_command(
-    study: str | None = typer.Argument(None, help="Study name (default: the experiment's name)."),
+    study: str | None = STUDY,
     experiment: Path | None = EXPERIMENT,
     storage: str | None = STORAGE,
     limit: int | None = typer.Option(None, "--limit", min=1, help="Show only the best N trials."),

@@ -6,12 +6,16 @@ column is added to it). Text is kept exactly as given, since chunk offsets point
 ``d-`` + the first 12 hex digits of SHA-1 of the text (``-2``, ``-3``... for repeated texts).
 
 In a folder, every .pdf, .docx, .pptx, .html/.htm, .md and .txt file below it (hidden files and folders
-excluded) is a document whose id is its path relative to the folder in POSIX form (``guides/setup.md``);
-one such file on its own is a corpus of one document named by its file name. Titles are the PDF's or Word
-file's own title, the first heading (Markdown, Word, HTML), else the file stem; page and heading offsets go
-in the metadata (see ``composer.documents``). Files that give no document (empty, encrypted, scanned,
-damaged, too large, of another type) are skipped with a warning and listed in ``Corpus.report``; with
-``strict`` any of them is an error.
+excluded) is a document whose id is its path relative to the folder in POSIX form and NFC
+(``guides/setup.md``); one such file on its own is a corpus of one document named by its file name. Links
+are followed inside the folder; a link out of it is skipped unless ``follow_links`` (see
+``composer.documents.folder``). Titles are the PDF's or Word file's own title, the first heading
+(Markdown, Word, HTML), else the file stem; page and heading offsets go in the metadata (see
+``composer.documents``). Files that give no document (empty, encrypted, scanned,
+damaged, too large, of another type, text that shows nothing, a FIFO or device, a broken link) are
+skipped with a warning and listed in ``Corpus.report``; with ``strict`` any of them is an error. In tables,
+a document whose text is missing, or shows nothing (only zero-width characters, direction marks, BOMs), is
+an error naming its line.
 """
 
 from __future__ import annotations
@@ -19,13 +23,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from composer.data.fields import IdMaker, Where, as_id, as_metadata, as_text, parse_rows, split_fields
+from composer.data.fields import (
+    IdMaker,
+    Where,
+    as_id,
+    as_metadata,
+    as_text,
+    normal_id,
+    parse_rows,
+    split_fields,
+)
 from composer.data.readers import read_source
 from composer.data.types import Corpus, Document
 from composer.errors import InputError
+from composer.files import check_regular
+from composer.unicode import invisible_only
 
 if TYPE_CHECKING:
     from composer.documents import CorpusReport
+    from composer.documents.folder import Listing
 
 _ALIASES = {
     **dict.fromkeys(("id", "_id", "doc_id", "docid"), "id"),
@@ -35,18 +51,23 @@ _ALIASES = {
 }
 
 
-def load_corpus(source: Any, *, strict: bool = False, cache_dir: Path | None = None) -> Corpus:
+def load_corpus(
+    source: Any, *, strict: bool = False, cache_dir: Path | None = None, follow_links: bool = False
+) -> Corpus:
     """Load a corpus: a path (.jsonl, .json, .csv, .tsv, .xlsx, .parquet, a document file or a folder of
     them), a DataFrame or a list of dicts. ``cache_dir`` holds extracted document text (default: the user
-    cache, see ``composer.documents.cache``)."""
-    from composer.documents import DOCUMENT_EXTENSIONS  # composer.documents builds Documents: imported late
+    cache, see ``composer.documents.cache``); ``follow_links`` reads what links in a folder point to out of
+    it (skipped by default)."""
+    # composer.documents builds Documents: imported late
+    from composer.documents.folder import DOCUMENT_EXTENSIONS, Listing
 
     if isinstance(source, (str, Path)):
         path = Path(source)
         if path.is_dir():
-            return _load_folder(path, strict, cache_dir)
-        if path.suffix.lower() in DOCUMENT_EXTENSIONS and path.is_file():
-            return _load_files(path, [(path.name, path)], [], strict, cache_dir)
+            return _load_folder(path, strict, cache_dir, follow_links)
+        if path.suffix.lower() in DOCUMENT_EXTENSIONS and path.exists():
+            check_regular(path)  # named by the user, a link is followed; a FIFO or device is refused
+            return _load_files(path, Listing([(normal_id(path.name), path)]), strict, cache_dir)
     records = read_source(source)
     return Corpus([doc for _, doc in parse_rows(records, "document", "d", _document)], records.source)
 
@@ -56,6 +77,8 @@ def _document(row: dict[str, Any], where: Where, make_id: IdMaker) -> Document:
     text = as_text(fields.get("text"), where, "text")
     if text is None or not text.strip():
         raise where.error("missing document text", field="text")
+    if (invisible := invisible_only(text)) is not None:
+        raise where.error(f"document text shows nothing ({invisible})", field="text")
     return Document(
         id=as_id(fields.get("id"), where) or make_id.make(text),
         text=text,
@@ -64,27 +87,20 @@ def _document(row: dict[str, Any], where: Where, make_id: IdMaker) -> Document:
     )
 
 
-def _load_folder(root: Path, strict: bool, cache_dir: Path | None) -> Corpus:
-    from composer.documents import DOCUMENT_EXTENSIONS
+def _load_folder(root: Path, strict: bool, cache_dir: Path | None, follow_links: bool) -> Corpus:
+    from composer.documents.folder import DOCUMENT_EXTENSIONS, list_folder
 
-    found = sorted(
-        (p.relative_to(root).as_posix(), p)
-        for p in root.rglob("*")
-        if not any(part.startswith(".") for part in p.relative_to(root).parts) and p.is_file()
-    )
-    files = [(doc_id, p) for doc_id, p in found if p.suffix.lower() in DOCUMENT_EXTENSIONS]
-    if not files:
+    listing = list_folder(root, follow_links=follow_links)
+    if not listing.files and not listing.skipped:
         raise InputError(f"no {', '.join(DOCUMENT_EXTENSIONS)} files in this folder", path=root)
-    others = [doc_id for doc_id, p in found if p.suffix.lower() not in DOCUMENT_EXTENSIONS]
-    return _load_files(root, files, others, strict, cache_dir)
+    return _load_files(root, listing, strict, cache_dir)
 
 
-def _load_files(
-    root: Path, files: list[tuple[str, Path]], others: list[str], strict: bool, cache_dir: Path | None
-) -> Corpus:
+def _load_files(root: Path, listing: Listing, strict: bool, cache_dir: Path | None) -> Corpus:
     from composer.documents import read_documents
 
-    documents, report = read_documents(root, files, others, cache_dir)
+    documents, report = read_documents(root, listing.files, listing.unsupported, cache_dir,
+                                       skipped=listing.skipped)
     if strict and report.skipped:
         raise InputError(_skips(report) + " (--strict: every file must give a document)", path=root)
     if not documents:

@@ -35,6 +35,7 @@ from composer.data.fields import (
 from composer.data.readers import read_source
 from composer.data.types import Corpus, Question, QuestionSet
 from composer.errors import InputError
+from composer.unicode import invisible_only
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +81,8 @@ def _question(row: dict[str, Any], where: Where, make_id: IdMaker) -> Question:
     text = as_text(fields.get("question"), where, "question")
     if text is None or not text.strip():
         raise where.error("missing question text", field="question")
+    if (invisible := invisible_only(text)) is not None:
+        raise where.error(f"question text shows nothing ({invisible})", field="question")
     text = text.strip()
     relevant = as_list(fields.get("relevant_ids"), where, "relevant_ids", ids=True)
     reference = (as_text(fields.get("reference_answer"), where, "reference_answer") or "").strip()

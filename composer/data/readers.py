@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from composer.errors import InputError
+from composer.files import check_regular, open_regular
 from composer.unicode import decode_utf8, first_invalid
 
 Row = tuple[int, dict[str, Any]]
@@ -34,6 +35,10 @@ READERS_BY_EXTENSION = {
     ".parquet": "parquet",
 }
 SUPPORTED_EXTENSIONS = tuple(READERS_BY_EXTENSION)
+
+MAX_LINE_BYTES = 64 * 2**20
+"""The longest line of a JSON Lines file, in bytes: a record is never this long, while a line without end
+(a file that is a link to ``/dev/zero``, a broken export) would otherwise be read into memory whole."""
 
 _JSON_WS = re.compile(r"[ \t\r\n]*")
 _PANDAS_INDEX = re.compile(r"__index_level_\d+__")
@@ -61,12 +66,10 @@ def read_source(source: Any) -> Records:
 
 
 def read_records(path: str | Path) -> Records:
-    """Read a JSONL, JSON array, CSV/TSV, XLSX or Parquet file; raise InputError on anything unreadable."""
+    """Read a JSONL, JSON array, CSV/TSV, XLSX or Parquet file; raise InputError on anything unreadable,
+    a FIFO or device included (refused before it is opened)."""
     p = Path(path)
-    if not p.exists():
-        raise InputError("file not found", path=p)
-    if p.is_dir():
-        raise InputError("expected a file, got a directory", path=p)
+    check_regular(p)
     kind = READERS_BY_EXTENSION.get(p.suffix.lower())
     if kind is None:
         raise InputError(
@@ -117,7 +120,8 @@ def memory_records(source: Any) -> Records:
 def read_text(path: Path) -> str:
     """The file decoded as strict UTF-8 (a leading BOM is dropped); bad bytes are located exactly."""
     try:
-        data = path.read_bytes()
+        with open_regular(path) as f:
+            data = f.read()
     except OSError as e:
         raise InputError(f"cannot read file: {e.strerror or e}", path=path) from e
     return decode_utf8(data, path)
@@ -168,7 +172,7 @@ def _checked_rows(records: Records) -> Iterator[Row]:
 def _first_byte(path: Path) -> bytes:
     """The file's first byte that is neither JSON whitespace nor a BOM (empty for a blank file): ``[``
     starts a JSON array, anything else JSON Lines."""
-    with path.open("rb") as f:
+    with open_regular(path) as f:
         head = f.read(65536).removeprefix(b"\xef\xbb\xbf")
         while head:
             found = head.lstrip(b" \t\r\n")
@@ -182,11 +186,7 @@ def _stream_jsonl(path: Path) -> Iterator[Row]:
     """A JSON Lines file's rows read a line at a time, as they are taken: a corpus of 10^6 documents is
     never held as one text, nor as rows (read whole, 100,000 ARCD-like documents peaked at 2.7x the memory
     they then took, and their process kept most of it)."""
-    try:
-        f = path.open("rb")
-    except OSError as e:
-        raise InputError(f"cannot read file: {e.strerror or e}", path=path) from e
-    with f:
+    with open_regular(path) as f:
         empty = True
         for row in _jsonl_rows(_decoded_lines(f, path), path, lambda: read_text(path)):
             empty = False
@@ -196,11 +196,27 @@ def _stream_jsonl(path: Path) -> Iterator[Row]:
 
 
 def _decoded_lines(f: IO[bytes], path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of a file, each line decoded as strict UTF-8 and located if it is not."""
+    """(line number, text) of a file, each line decoded as strict UTF-8 and located if it is not, and no
+    longer than ``MAX_LINE_BYTES`` (a longer one is refused before more of it is read)."""
     offset = 0
-    for number, data in enumerate(f, start=1):
+    limit = MAX_LINE_BYTES
+    for number, data in enumerate(iter(lambda: f.readline(limit + 1), b""), start=1):
+        if len(data) > limit and not data.endswith(b"\n"):  # limit + 1 bytes, none of them a newline
+            raise InputError(
+                f"line longer than {_size(limit)}: not a JSON Lines record (is this the right file?)",
+                path=path,
+                line=number,
+            )
         yield number, decode_utf8(data, path, offset=offset, line=number)
         offset += len(data)
+
+
+def _size(n: int) -> str:
+    """``n`` bytes as a person reads them: 64 MiB, 512 KiB, 100 bytes."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} bytes"
 
 
 def _read_jsonl(text: str, path: Path) -> list[Row]:

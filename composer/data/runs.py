@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from composer.data.fields import UniqueIds, Where, as_id
+from composer.data.fields import UniqueIds, Where, as_id, normal_id
 from composer.data.readers import Records, checked, parse_json_rows, read_text
 from composer.data.types import Hit, Run
 from composer.errors import InputError
@@ -39,9 +39,7 @@ def load_run(path: str | Path, *, fmt: RunFormat | None = None) -> Run:
 def read_run(path: str | Path, *, fmt: RunFormat | None = None) -> RunFile:
     """The hits and the answers (a JSON run's ``answer`` fields) of a run file."""
     p = Path(path)
-    if not p.is_file():
-        raise InputError("file not found" if not p.exists() else "expected a file, got a directory", path=p)
-    text = read_text(p)
+    text = read_text(p)  # a FIFO or a device is refused before it is opened
     if not text.strip():
         raise InputError("file is empty", path=p)
     if fmt is None:
@@ -110,6 +108,7 @@ def _trec_run(text: str, path: Path) -> Run:
                 line=number,
             )
         qid, _, doc_id, rank, score_text, _ = parts
+        qid, doc_id = normal_id(qid), normal_id(doc_id)
         try:
             int(rank)
         except ValueError:

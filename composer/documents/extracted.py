@@ -7,8 +7,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-SKIP_REASONS = ("encrypted", "scanned", "unsupported", "empty", "unreadable", "too large")
-"""Why a file is skipped; the report counts files by these."""
+SKIP_REASONS = (
+    "encrypted", "scanned", "unsupported", "empty", "unreadable", "too large",
+    "outside the folder", "broken link", "link loop", "special file", "duplicate name",
+)
+"""Why a file is skipped; the report counts files by these. The last five come from listing the folder:
+a link whose target is outside it, a link to nothing, a link to a folder holding the link, a FIFO, device
+or socket (never opened), a name equal to another's once Unicode-normalized."""
 
 
 @dataclass

@@ -4,16 +4,26 @@ Each file is read once into memory and everything is taken from those bytes: the
 so a file that changes or vanishes while it is read is either read whole or skipped, never half-cached.
 A file that gives no document (encrypted, scanned, damaged, empty, too large) is one warning line and a
 row of the report; the others are still read.
+
+Listing a folder follows links whose target is inside it (a link to a folder that holds the link is a
+loop, skipped). A link out of the folder (``notes.md -> /etc/passwd``) is skipped unless ``follow_links``:
+what it points to would be indexed, put in LLM prompts and traced. A FIFO, device or socket is never
+opened (a FIFO blocks), a broken link is reported: each is a row of the report, so ``strict`` fails on it.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
+import os
+import stat
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from composer.data.fields import normal_id
 from composer.data.types import Document
 from composer.documents.cache import DocumentCache, cache_key
 from composer.documents.extracted import Extracted, Skipped
@@ -22,7 +32,9 @@ from composer.documents.office import read_docx, read_pptx
 from composer.documents.pdf import read_pdf
 from composer.documents.plain import read_markdown, read_plain
 from composer.documents.report import CorpusReport
-from composer.unicode import decode_utf8
+from composer.errors import InputError
+from composer.files import not_regular
+from composer.unicode import decode_utf8, invisible_only
 
 logger = logging.getLogger(__name__)
 
@@ -42,20 +54,124 @@ TEXT: dict[str, Callable[[str, str], Extracted]] = {".md": read_markdown, ".mark
                                                     ".txt": read_plain}
 DOCUMENT_EXTENSIONS = (*TEXT, *EXTRACTED)
 
+SkipRow = tuple[str, str, str]
+"""(document id, reason, message): one row of ``CorpusReport.skipped``."""
+
+
+@dataclass
+class Listing:
+    """What a folder holds, by document id (its path below the folder, POSIX, NFC), in path order."""
+
+    files: list[tuple[str, Path]] = field(default_factory=list)
+    """Documents to read."""
+    unsupported: list[str] = field(default_factory=list)
+    """Regular files of other types."""
+    skipped: list[SkipRow] = field(default_factory=list)
+    """Entries never opened: links out of the folder, broken links, loops, FIFOs and devices."""
+
+
+def list_folder(root: Path, *, follow_links: bool = False) -> Listing:
+    """Everything below ``root`` but hidden files and folders (see the module docstring for links). Ids are
+    NFC, so a folder written on macOS (NFD names) has the ids its question set types."""
+    listing = Listing()
+    _walk(root, None, root, (Path(os.path.realpath(root)),), follow_links, listing, {})
+    listing.files.sort()
+    listing.unsupported.sort()
+    listing.skipped.sort()
+    return listing
+
+
+def _walk(
+    folder: Path,
+    folder_id: str | None,
+    root: Path,
+    ancestors: tuple[Path, ...],
+    follow_links: bool,
+    listing: Listing,
+    seen: dict[str, str],
+) -> None:
+    """Lists ``folder`` (``folder_id`` below ``root``, None for the root) into ``listing``. ``ancestors`` are
+    the real paths of the folders walked down to it, the root's first (a link to one of them is a loop);
+    ``seen`` maps the ids given so far to the names that gave them."""
+    try:
+        with os.scandir(folder) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError as e:
+        if folder_id is None:
+            raise InputError(f"cannot read folder: {e.strerror or e}", path=root) from e
+        listing.skipped.append((folder_id, "unreadable", f"cannot read folder: {e.strerror or e}"))
+        return
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        name = Path(entry.path).relative_to(root).as_posix()
+        doc_id = normal_id(name)
+        if doc_id in seen:
+            message = f"the same name as {seen[doc_id]} once Unicode-normalized (NFC)"
+            listing.skipped.append((doc_id, "duplicate name", message))
+            continue
+        seen[doc_id] = name
+        try:
+            mode, real = _examine(entry, ancestors, follow_links)
+        except Skipped as skip:
+            listing.skipped.append((doc_id, skip.reason, skip.message))
+            continue
+        except OSError as e:  # it vanished since the listing, or cannot be examined
+            listing.skipped.append((doc_id, "unreadable", f"cannot read: {e.strerror or e}"))
+            continue
+        if stat.S_ISDIR(mode):
+            if real in ancestors:
+                listing.skipped.append((doc_id, "link loop", f"a link to {real}, a folder that holds it"))
+            else:
+                _walk(Path(entry.path), doc_id, root, (*ancestors, real), follow_links, listing, seen)
+        elif (kind := not_regular(mode)) is not None:
+            listing.skipped.append((doc_id, "special file", f"{kind}, not a regular file: never opened"))
+        elif Path(entry.name).suffix.lower() in DOCUMENT_EXTENSIONS:
+            listing.files.append((doc_id, Path(entry.path)))
+        else:
+            listing.unsupported.append(doc_id)
+
+
+def _examine(entry: os.DirEntry[str], ancestors: tuple[Path, ...], follow_links: bool) -> tuple[int, Path]:
+    """(mode, real path) of what ``entry`` is, a link followed; Skipped for a link that leads nowhere, to
+    itself, or (unless ``follow_links``) out of the folder."""
+    if not entry.is_symlink():
+        return entry.stat(follow_symlinks=False).st_mode, ancestors[-1] / entry.name
+    target = os.readlink(entry.path)
+    try:
+        mode = os.stat(entry.path).st_mode
+    except FileNotFoundError:
+        raise Skipped("broken link", f"a link to {target}, which does not exist") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise Skipped("link loop", f"a link to {target}, which leads back to itself") from None
+        raise
+    real = Path(os.path.realpath(entry.path))
+    if not follow_links and not real.is_relative_to(ancestors[0]):
+        raise Skipped("outside the folder", f"a link to {real}, outside the folder: not read (to read "
+                      "what links out of the folder: --follow-links, or follow_links=True)")
+    return mode, real
+
 
 def read_documents(
     root: Path,
     files: Sequence[tuple[str, Path]],
     unsupported: Sequence[str] = (),
     cache_dir: Path | None = None,
+    *,
+    skipped: Sequence[SkipRow] = (),
 ) -> tuple[list[Document], CorpusReport]:
-    """Documents of ``files`` ((document id, path) pairs, in order) and the report of reading them."""
+    """Documents of ``files`` ((document id, path) pairs, in order) and the report of reading them, which
+    also lists ``unsupported`` files and entries ``skipped`` when the folder was listed (one warning each)."""
     report = CorpusReport(str(root))
     report.skipped += [(doc_id, "unsupported", "unsupported file type") for doc_id in unsupported]
     if unsupported:
         kinds = Counter(Path(d).suffix.lower() or "(none)" for d in unsupported)
         listed = ", ".join(f"{ext} {n}" for ext, n in sorted(kinds.items()))
         logger.warning("%s: skipped %d file(s) of unsupported types (%s)", root, len(unsupported), listed)
+    for doc_id, reason, message in skipped:
+        report.skipped.append((doc_id, reason, message))
+        logger.warning("%s: skipped: %s", root / doc_id, message)
     cache: DocumentCache | None = None
     documents: list[Document] = []
     try:
@@ -84,7 +200,15 @@ def read_documents(
 
 
 def _read(path: Path, ext: str, cache: DocumentCache | None) -> tuple[Extracted, bool]:
-    """The file's text and whether it came from the cache; Skipped when it gives no document."""
+    """The file's text and whether it came from the cache; Skipped when it gives no document, also when
+    its text shows nothing (only zero-width characters and direction marks: it would index as nothing)."""
+    extracted, cached = _extract(path, ext, cache)
+    if (invisible := invisible_only(extracted.text)) is not None:
+        raise Skipped("empty", f"the text shows nothing ({invisible})")
+    return extracted, cached
+
+
+def _extract(path: Path, ext: str, cache: DocumentCache | None) -> tuple[Extracted, bool]:
     data = _bytes(path)
     if ext in TEXT:
         text = decode_utf8(data, path)  # a bad byte in a text file is the user's to fix: located error
@@ -110,7 +234,10 @@ def _read(path: Path, ext: str, cache: DocumentCache | None) -> tuple[Extracted,
 
 def _bytes(path: Path) -> bytes:
     try:
-        size = path.stat().st_size
+        info = path.stat()
+        if (kind := not_regular(info.st_mode)) is not None:  # it changed since the listing: never open it
+            raise Skipped("special file", f"{kind}, not a regular file: never opened")
+        size = info.st_size
         if size > MAX_FILE_BYTES:
             limit = MAX_FILE_BYTES / 2**20
             raise Skipped("too large", f"too large ({size / 2**20:.1f} MB; the limit is {limit:.0f} MB)")

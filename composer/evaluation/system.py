@@ -1,16 +1,20 @@
 """A user's own RAG system as something Composer can score: the "produce a batch" side of a trial.
 
 Composer's ``Pipeline`` ranks and answers a batch of questions; ``SystemPipeline`` does the same for any
-object with ``retrieve(question) -> list`` (and optionally ``answer(question, contexts) -> str``), sync or
-``async def``, or for a plain callable ``question -> list``. Both go through the one scoring path,
-``composer.evaluation.scoring.score_pipeline``: the same metrics, judges, failure budget and reports.
+object with ``retrieve(question) -> list`` (a user's own class, a LlamaIndex retriever; optionally with
+``answer(question, contexts) -> str``), sync or ``async def``, for one with ``invoke(question) -> list``
+(a LangChain retriever or runnable), or for a plain callable ``question -> list``. Both go through the
+one scoring path, ``composer.evaluation.scoring.score_pipeline``: the same metrics, judges, failure budget
+and reports.
 
 Retrieved items are read by shape, without importing any framework: ids (str or int); mappings with
 ``id``/``doc_id``/``chunk_id``, ``text``/``page_content``/``content`` and ``score``; LangChain
-``Document``s (``page_content``, ``metadata``, ``id``); LlamaIndex ``NodeWithScore``s (``node``,
-``score``); and any object with those attributes. A ``retrieve`` that raises on a question is a failed
-sample (counted against the failure budget, the run goes on); one that returns something unreadable is a
-bug in the system, reported with the question it was asked.
+``Document``s (``page_content``, ``metadata`` id/doc_id/source and score, ``id``); LlamaIndex
+``NodeWithScore``s (``node`` with ``get_content()``, ``node_id`` and ``ref_doc_id``, ``score``); and any
+object with those attributes. No framework is imported: they are told apart by their methods. A
+``retrieve`` that raises on a question is a failed sample (counted against the failure budget, the run
+goes on); one that returns something unreadable is a bug in the system, reported with the question it was
+asked.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from composer.data.fields import normal_id
 from composer.data.ranking import Ranking, ranking_from_run
 from composer.data.types import Corpus, Hit, Question, Run
 from composer.errors import ComposerError
@@ -37,15 +42,49 @@ from composer.metrics.matching import Universe
 ID_KEYS = ("id", "chunk_id", "doc_id", "node_id", "id_")
 TEXT_KEYS = ("text", "page_content", "content")
 METADATA_ID_KEYS = ("id", "chunk_id", "doc_id", "source", "document_id", "ref_doc_id")
+METADATA_SCORE_KEYS = ("score", "relevance_score", "similarity_score")
+RETRIEVE_METHODS = ("retrieve", "invoke")
+"""How a system is asked for a question's items, in order: ``retrieve`` (a user's own class, a LlamaIndex
+retriever), ``invoke`` (a LangChain retriever or any runnable)."""
+ACCEPTED = (
+    "an object with retrieve(question) -> list (your own class, a LlamaIndex retriever; optionally "
+    "answer(question, contexts) -> str), an object with invoke(question) -> list of Documents (a LangChain "
+    "retriever or runnable), or a callable question -> list"
+)
 
 
 class SystemError_(ComposerError):
     """A user's system returned something Composer cannot read: names the question and what came back."""
 
 
+class NotASystem(ComposerError):
+    """An object Composer cannot ask for retrieved items: says what it accepts."""
+
+
+def retrieve_method(obj: object) -> Callable[..., Any] | None:
+    """What asks ``obj`` for a question's items: its ``retrieve`` or ``invoke`` (``RETRIEVE_METHODS``),
+    the object itself when it is a plain callable, else None."""
+    for name in RETRIEVE_METHODS:
+        method = getattr(obj, name, None)
+        if callable(method):
+            return method
+    if callable(obj) and not isinstance(obj, type):
+        return obj
+    return None
+
+
 def is_system(obj: object) -> bool:
-    """Whether ``obj`` is a user's system: an object with ``retrieve``, or a plain callable."""
-    return callable(getattr(obj, "retrieve", None)) or (callable(obj) and not isinstance(obj, type))
+    """Whether ``obj`` is a user's system (see ``retrieve_method``)."""
+    return retrieve_method(obj) is not None
+
+
+def not_a_system(obj: object, what: str = "evaluate", *, also: str | None = None) -> NotASystem:
+    """The error for an object that is no system: what it is, what is accepted (``also`` first: what the
+    caller takes besides systems), and for a LangChain vector store (it has ``as_retriever``) the way in."""
+    store = callable(getattr(obj, "as_retriever", None))
+    hint = "; for a vector store, pass its .as_retriever()" if store else ""
+    given = f"{also}, {ACCEPTED}" if also else ACCEPTED
+    return NotASystem(f"cannot {what} a {type(obj).__name__}: give {given}{hint}")
 
 
 def as_hit(item: Any, rank: int, question: str) -> Hit:
@@ -54,7 +93,7 @@ def as_hit(item: Any, rank: int, question: str) -> Hit:
     if isinstance(item, Hit):
         return item
     if isinstance(item, str | int) and not isinstance(item, bool):
-        return Hit(str(item), math.nan)
+        return Hit(normal_id(str(item)), math.nan)
     node = getattr(item, "node", None)
     if node is not None and not isinstance(item, Mapping):  # LlamaIndex NodeWithScore
         hit = as_hit(node, rank, question)
@@ -64,6 +103,9 @@ def as_hit(item: Any, rank: int, question: str) -> Hit:
     metadata = fields.get("metadata")
     metadata = metadata if isinstance(metadata, Mapping) else {}
     item_id = next((fields[k] for k in ID_KEYS if fields.get(k) not in (None, "")), None)
+    given = fields.get("score")
+    if given is None:  # a LangChain Document keeps a retriever's score in its metadata
+        given = next((metadata[k] for k in METADATA_SCORE_KEYS if metadata.get(k) is not None), None)
     if item_id is None:
         item_id = next((metadata[k] for k in METADATA_ID_KEYS if metadata.get(k) not in (None, "")), None)
     if item_id is None:
@@ -80,10 +122,10 @@ def as_hit(item: Any, rank: int, question: str) -> Hit:
     if doc_id is not None and str(doc_id) == str(item_id):
         doc_id = None
     return Hit(
-        str(item_id),
-        _score(fields.get("score"), rank, question),
+        normal_id(str(item_id)),
+        _score(given, rank, question),
         text,
-        str(doc_id) if doc_id is not None else None,
+        normal_id(str(doc_id)) if doc_id is not None else None,
     )
 
 
@@ -156,19 +198,16 @@ class SystemPipeline:
     def __init__(
         self, system: Any, *, corpus: Corpus | None = None, concurrency: int = 8, name: str | None = None
     ) -> None:
-        if not is_system(system):
-            raise ComposerError(
-                f"cannot score a {type(system).__name__}: give an object with retrieve(question) -> list "
-                "(and optionally answer(question, contexts) -> str), or a callable question -> list"
-            )
+        retrieve = retrieve_method(system)
+        if retrieve is None:
+            raise not_a_system(system, "score")
         if concurrency < 1:
             raise ComposerError(f"concurrency must be at least 1, got {concurrency}")
-        retrieve = getattr(system, "retrieve", None)
         self.system = system
         self.name = name or type(system).__name__
         self.corpus = corpus
-        self._retrieve = _Call(retrieve if callable(retrieve) else system, concurrency)
-        answer = getattr(system, "answer", None) if callable(retrieve) else None
+        self._retrieve = _Call(retrieve, concurrency)
+        answer = getattr(system, "answer", None) if retrieve is not system else None
         self._answer = _Call(answer, concurrency) if callable(answer) else None
         self.searched = 0.0
         self.failed: dict[str, StageError] = {}

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import ConfigDict, Field, field_validator
 
 from composer.generation.prompts import AnswerTemplate
-from composer.llm.config import LLMConfig, check_env_name, derive_config
+from composer.llm.config import LLMConfig, check_env_name, check_params, derive_config
 from composer.settings import Strict
+
+DEFAULT_MAX_TOKENS = LLMConfig.model_fields["max_tokens"].default
 
 
 class GenerationConfig(Strict):
     """Who answers: ``model`` None is the offline extractive answerer, else a litellm chat model.
 
-    Only what shapes an answer and where to reach the model live here (and so in an exported config);
-    how to call it (timeout, concurrency, retries, prices) is a property of the run: the experiment's
-    ``llm:`` block, merged in by ``llm_config``. The key itself never appears: ``api_key_env`` names the
-    environment variable that holds it.
+    Everything that shapes an answer and where to reach the model live here (and so in an exported
+    config): the model, temperature, reply length, sampling parameters, endpoint. How to call it (timeout,
+    concurrency, retries, prices) is a property of the run: the experiment's ``llm:`` block, merged in by
+    ``llm_config``. ``max_tokens`` and ``params`` left unset are the run's (and are then not written, so
+    configs that never set them keep their identity). The key itself never appears: ``api_key_env`` names
+    the environment variable that holds it.
     """
 
     model: str | None = Field(default=None, description="litellm model, e.g. ollama/qwen2.5, openai/gpt-4o")
@@ -24,6 +30,17 @@ class GenerationConfig(Strict):
     max_contexts: int = Field(default=5, ge=1, le=50, description="Top hits the LLM answers from.")
     api_base: str | None = None
     api_key_env: str | None = None
+    max_tokens: int | None = Field(
+        default=None,
+        gt=0,
+        exclude_if=lambda v: v is None,
+        description=f"Longest answer in tokens; unset: the run's llm: block's ({DEFAULT_MAX_TOKENS}).",
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        exclude_if=lambda v: not v,
+        description="Further litellm sampling parameters (top_p, seed...); unset: the run's llm: block's.",
+    )
 
     model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
@@ -32,10 +49,36 @@ class GenerationConfig(Strict):
     def _env_name(cls, value: str | None) -> str | None:
         return check_env_name(value)
 
+    @field_validator("params")
+    @classmethod
+    def _params(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return check_params(value)
+
     def llm_config(self, run: LLMConfig | None = None) -> LLMConfig | None:
         """The generator's LLMConfig: this model and endpoint on the run's operational settings."""
         if self.model is None:
             return None
-        explicit = {k: v for k in ("api_base", "api_key_env") if (v := getattr(self, k)) is not None}
+        names = ("api_base", "api_key_env", "max_tokens")
+        explicit: dict[str, Any] = {k: v for k in names if (v := getattr(self, k)) is not None}
+        if self.params:
+            explicit["params"] = dict(self.params)
         base = run if run is not None else LLMConfig(model=self.model)
         return derive_config(base, self.model, temperature=self.temperature, **explicit)
+
+    def resolved(self, run: LLMConfig | None) -> GenerationConfig:
+        """This section with what ``run`` supplies to its requests written out (endpoint, key variable,
+        reply length, sampling parameters): the config a trial records and ``composer export`` writes, so
+        that ``eval --config`` and ``load_pipeline`` send the very requests the trial sent."""
+        config = self.llm_config(run)
+        if config is None:
+            return self
+        max_tokens = config.max_tokens if config.max_tokens != DEFAULT_MAX_TOKENS else None
+        return GenerationConfig.model_validate(
+            {
+                **self.model_dump(),
+                "api_base": config.api_base,
+                "api_key_env": config.api_key_env,
+                "max_tokens": max_tokens,
+                "params": dict(config.params),
+            }
+        )

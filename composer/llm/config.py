@@ -70,10 +70,7 @@ class LLMConfig(BaseModel):
     @field_validator("params")
     @classmethod
     def _no_reserved(cls, value: dict[str, Any]) -> dict[str, Any]:
-        clash = sorted(_RESERVED_PARAMS.intersection(value))
-        if clash:
-            raise ValueError(f"set {', '.join(clash)} through its own field (api_key through api_key_env)")
-        return value
+        return check_params(value)
 
     def api_key(self) -> str | None:
         """The key from the named environment variable; a clear error when the variable is unset."""
@@ -95,6 +92,14 @@ class LLMConfig(BaseModel):
             params["max_tokens"] = self.max_tokens
         params.update(self.params)
         return params
+
+
+def check_params(value: dict[str, Any]) -> dict[str, Any]:
+    """Validate extra litellm parameters: none may carry the key, the endpoint or another field's value."""
+    clash = sorted(_RESERVED_PARAMS.intersection(value))
+    if clash:
+        raise ValueError(f"set {', '.join(clash)} through its own field (api_key through api_key_env)")
+    return value
 
 
 def check_env_name(value: str | None) -> str | None:

@@ -16,6 +16,7 @@ from composer.chunking.config import ChunkingConfig
 from composer.embedding.config import EmbeddingConfig
 from composer.errors import ConfigError, config_error
 from composer.generation.config import GenerationConfig
+from composer.llm.config import LLMConfig
 from composer.retrieval.config import BM25_SETTINGS, QueryExpansionConfig, RerankConfig, RetrievalConfig
 from composer.settings import Strict
 from composer.yamlfile import read_yaml
@@ -77,6 +78,13 @@ class PipelineConfig(Strict):
         identity = embedder_identity if self.needs_dense_index else None
         blob = json.dumps([corpus_fingerprint, self.index_settings(), identity], sort_keys=True)
         return "composer-" + hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def resolved(self, llm: LLMConfig | None) -> PipelineConfig:
+        """This config with the generator settings the run's ``llm`` block supplies written out (see
+        ``GenerationConfig.resolved``): what a trial records, so its export answers as it did."""
+        if llm is None:
+            return self
+        return self.model_copy(update={"generation": self.generation.resolved(llm)})
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)

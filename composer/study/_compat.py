@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from composer.errors import ComposerError
+from composer.errors import ComposerError, option
 from composer.redact import flatten, scrub_url
 
 if TYPE_CHECKING:
@@ -88,7 +88,8 @@ def check_unchanged(
         f"study '{study.study_name}' was run with another objective or search space; "
         + "; ".join(changes)
         + f". Its trials would be ranked with trials scored or sampled differently: start a new study "
-        f"(--study-name {_free_name(storage, study.study_name)}), or restore the files it was run with"
+        f"({option('study_name', _free_name(storage, study.study_name))}), or restore the files it was run "
+        "with"
     )
 
 

@@ -17,13 +17,16 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from composer.errors import ComposerError, StudyStopped
-from composer.files import NoSpaceError, disk_full_error
+from composer.errors import ComposerError, StudyStopped, option
+from composer.evaluation.system import NotASystem
+from composer.files import disk_full_error
 from composer.redact import scrub_url
 from composer.study import _optuna
 from composer.study._workers import (
     MAX_RETRIES,
+    Heartbeat,
     fail_trials_of_gone_workers,
+    failed_by_heartbeat,
     recover_lost_trials,
     retry_lost_trial,
     twin_retry,
@@ -95,7 +98,8 @@ def after_each_trial(
     """One Optuna callback for the hooks that read the study's trials when a trial ends: they share one
     read of them (each read is a query of the storage, ~4 ms). With a ``tracker``, trials of workers that
     died meanwhile (another process of this study, on this machine) are failed and queued again first,
-    so their slots are not counted as held and no worker stops one trial short."""
+    so their slots are not counted as held and no worker stops one trial short; they, and the trials
+    Optuna failed here for a lost heartbeat before this trial began, get a FAILED MLflow run."""
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         trials = study.get_trials(deepcopy=False)
@@ -103,8 +107,9 @@ def after_each_trial(
             lost = fail_trials_of_gone_workers(study, trials, untagged_after_s=untagged_after_s)
             for t in lost:
                 retry_lost_trial(study, t)
-            if lost:
-                tracker.lost([_lost(t) for t in lost])
+            stale = failed_by_heartbeat(study)
+            if lost or stale:
+                tracker.lost([_lost(t) for t in lost] + [_lost(t, STALE) for t in stale])
                 trials = study.get_trials(deepcopy=False)
         for hook in hooks:
             hook(study, trial, trials)
@@ -184,7 +189,9 @@ class StudyObjective:
         self.tracker = tracker
         self.worker = worker
         self.trial_id: int | None = None
-        self.full_disk: NoSpaceError | None = None
+        self.fatal: ComposerError | None = None
+        """An error no trial can get past (a full disk, a factory that returns no system): the study stops
+        at the first trial that meets it, and ``optimize`` raises it."""
 
     def __call__(self, trial: optuna.Trial) -> Any:
         import optuna
@@ -206,8 +213,9 @@ class StudyObjective:
         except optuna.TrialPruned:
             raise
         except Exception as exc:
-            if (full := disk_full_error(exc)) is not None:  # no trial can run: stop, naming the file
-                self.full_disk = full
+            fatal = exc if isinstance(exc, NotASystem) else disk_full_error(exc)
+            if fatal is not None:  # no trial can run: stop now, not after the stop rules' failures
+                self.fatal = fatal
                 trial.study.stop()
             record = TrialRecord.of(trial)
             if record is None or record.failure is None:
@@ -218,6 +226,10 @@ class StudyObjective:
 
 
 LOST = f"the process running this trial died; its configuration runs again (up to {MAX_RETRIES} times)"
+STALE = (
+    "no heartbeat from the process running this trial for 2 x heartbeat_interval: taken for dead (killed, "
+    f"suspended or cut off), its configuration runs again (up to {MAX_RETRIES} times)"
+)
 
 
 def optimize(
@@ -231,38 +243,53 @@ def optimize(
     slot, so ``stop_at`` ends the loop). A trial of this process that another process failed meanwhile
     (taking this one for dead: a heartbeat missed while it was suspended) makes Optuna's tell fail when
     the trial ends (a ValueError, then an AssertionError from Optuna's own bookkeeping); the trial is
-    queued again by the other process, so the loop goes on instead of ending in a traceback."""
+    queued again by the other process, so the loop goes on instead of ending in a traceback, and its
+    MLflow run says FAILED, as Optuna does.
+
+    Trials beat in daemon threads (``Heartbeat``), and a Ctrl-C that cut one off before its trial began
+    leaves none beating: the process exits at once, and the trial is failed as lost later."""
+    _optuna.use_heartbeat(Heartbeat)
     started = time.monotonic()
-    while True:
-        left = None if timeout is None else timeout - (time.monotonic() - started)
-        if left is not None and left <= 0:
-            return
-        try:
-            study.optimize(objective, timeout=left, catch=(Exception,), callbacks=[callback])
-            if objective.full_disk is not None:
-                raise objective.full_disk
-            return
-        except (ValueError, AssertionError):
-            lost = None if objective.trial_id is None else _optuna.get_trial(study, objective.trial_id)
-            if lost is None or failure_of(lost) != "lost":
-                raise
-            logger.warning("trial #%d was failed by another process that took this one for dead; its "
-                           "configuration runs again", lost.number)
+    try:
+        while True:
+            left = None if timeout is None else timeout - (time.monotonic() - started)
+            if left is not None and left <= 0:
+                return
+            try:
+                study.optimize(objective, timeout=left, catch=(Exception,), callbacks=[callback])
+                if objective.fatal is not None:
+                    raise objective.fatal
+                return
+            except (ValueError, AssertionError):
+                lost = None if objective.trial_id is None else _optuna.get_trial(study, objective.trial_id)
+                if lost is None or failure_of(lost) != "lost":
+                    raise
+                if objective.tracker is not None:  # its run, written as the trial ended, is closed FAILED
+                    objective.tracker.lost([_lost(lost, STALE)])
+                logger.warning("trial #%d was failed by another process that took this one for dead; its "
+                               "configuration runs again", lost.number)
+    finally:
+        Heartbeat.stop_left()
 
 
 def record_lost_trials(study: optuna.Study, tracker: StudyTracker, *, untagged_after_s: float) -> None:
-    """Fail the trials of dead processes now (and queue their retry), and give each a FAILED run: at once
-    for a process of this machine that is gone, by heartbeat for the others."""
+    """Fail the trials of dead processes now (and queue their retry), and give each lost trial a FAILED
+    run: at once for a process of this machine that is gone, by heartbeat for the others."""
     recover_lost_trials(study, untagged_after_s=untagged_after_s)
-    lost = [_lost(t) for t in study.get_trials(deepcopy=False) if failure_of(t) == "lost"]
+    stale = {t.number for t in failed_by_heartbeat(study)}
+    lost = [
+        _lost(t, STALE if t.number in stale else LOST)
+        for t in study.get_trials(deepcopy=False)
+        if failure_of(t) == "lost"
+    ]
     if lost:
         tracker.lost(lost)
 
 
-def _lost(trial: optuna.trial.FrozenTrial) -> tuple[int, dict[str, Any], str]:
+def _lost(trial: optuna.trial.FrozenTrial, reason: str = LOST) -> tuple[int, dict[str, Any], str]:
     """What the MLflow writer records of a lost trial: its number, configuration and why."""
     record = TrialRecord.of(trial)
-    return trial.number, dict(record.config) if record is not None else dict(trial.params), LOST
+    return trial.number, dict(record.config) if record is not None else dict(trial.params), reason
 
 
 class FailureGuard:
@@ -303,7 +330,7 @@ class FailureGuard:
             raise StudyStopped(
                 f"study '{study_name}' stopped: {self.reason}. Fix the cause and run the same command "
                 "again: finished trials are kept, and failed ones take none of n_trials "
-                "(`composer trials` lists them; --debug shows tracebacks)"
+                f"(`composer trials` lists them; {option('debug')} shows tracebacks)"
             )
 
 

@@ -1,23 +1,26 @@
 """The few private parts of Optuna that Composer relies on, in one place.
 
 Optuna's public API has no way to tag a trial from a sampler's ``before_trial`` (before any sampling), read a
-running trial's system attributes, read every trial without a copy, or fail another process's trial: its
-own callbacks and samplers go through the storage for these, and so does Composer, here and nowhere else.
-``tests/test_optuna_adapter.py`` checks each against the installed Optuna, so an upgrade that moves one
-fails there, by name, not deep in a study.
+running trial's system attributes, read every trial without a copy, fail another process's trial, reach
+the storage's heartbeat-stale-trial callback, or choose the thread that records a running trial's
+heartbeat: its own callbacks and samplers go through the storage for these, and so does Composer, here and
+nowhere else. ``tests/test_optuna_adapter.py`` checks each against the installed Optuna, so an upgrade that
+moves one fails there, by name, not deep in a study.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import optuna
+    from optuna.storages import BaseStorage
     from optuna.trial import FrozenTrial, TrialState
 
 SUPPORTED = (4, 5)
 """Optuna major versions this adapter is tested with."""
-
 
 
 def trial_id(trial: optuna.Trial | FrozenTrial) -> int:
@@ -46,3 +49,24 @@ def get_trial(study: optuna.Study, tid: int) -> FrozenTrial:
 def set_state(study: optuna.Study, tid: int, state: TrialState) -> bool:
     """Move trial ``tid`` to ``state`` (another process's trial too); False if it had already finished."""
     return bool(study._storage.set_trial_state_values(tid, state=state))
+
+
+def stale_trial_callback(study: optuna.Study) -> Callable[[optuna.Study, FrozenTrial], None] | None:
+    """The callback the study's storage calls for each trial it fails for a lost heartbeat, if any."""
+    from optuna.storages._heartbeat import BaseHeartbeat
+
+    storage = study._storage
+    return storage.get_heartbeat_stale_trial_callback() if isinstance(storage, BaseHeartbeat) else None
+
+
+def use_heartbeat(beat: Callable[[int, BaseStorage], AbstractContextManager[Any]]) -> None:
+    """Have ``study.optimize`` keep a running trial alive with ``beat(trial_id, storage)`` (entered around
+    the objective) instead of Optuna's ``HeartbeatThread``, on storages with a heartbeat. Process-wide
+    (Optuna looks the function up in its optimize module at each trial); calling it again changes nothing."""
+    from optuna.storages._heartbeat import NullHeartbeatThread, is_heartbeat_enabled
+    from optuna.study import _optimize
+
+    def heartbeat_thread(trial_id: int, storage: BaseStorage) -> Any:  # Optuna only enters and exits it
+        return beat(trial_id, storage) if is_heartbeat_enabled(storage) else NullHeartbeatThread()
+
+    _optimize.get_heartbeat_thread = heartbeat_thread

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from composer.errors import ConfigError, InputError
+from composer.errors import ConfigError, InputError, option
 from composer.redact import scrub_url
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def make_storage(
     from sqlalchemy import exc
 
     from composer.store import connect_read_only, sqlite_file, sqlite_problem, use_wal
-    from composer.study._workers import retry_lost_trial
+    from composer.study._workers import StaleTrials
 
     file = sqlite_file(url)
     options: dict[str, Any] = {}
@@ -76,7 +76,7 @@ def make_storage(
                     url,
                     heartbeat_interval=heartbeat_interval,
                     grace_period=2 * heartbeat_interval,
-                    heartbeat_stale_trial_callback=retry_lost_trial,
+                    heartbeat_stale_trial_callback=StaleTrials(),
                 )
             )
     except RuntimeError as err:  # Optuna's schema check: a storage of an older or a newer Optuna
@@ -204,7 +204,7 @@ def open_study(exp: ExperimentConfig, space: SearchSpace, *, name: str | None = 
     if [d.name.lower() for d in study.directions] != directions:
         raise ConfigError(
             f"study '{study_name}' exists with other objectives "
-            f"({[d.name.lower() for d in study.directions]}); choose another --study-name",
+            f"({[d.name.lower() for d in study.directions]}); choose another {option('study_name')}",
             field="objective",
         )
     from composer.study._compat import check_unchanged

@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import warnings
 from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from composer.study import _optuna
 
 if TYPE_CHECKING:
     import optuna
+    from optuna.storages import BaseStorage
 
 WORKER_ATTR = "composer.worker"
 """Trial system attribute: the worker running it, set the moment the trial exists (``tag_trial``)."""
@@ -82,6 +84,53 @@ def tag_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
     _optuna.set_system_attr(study, trial, WORKER_ATTR, worker_id())
 
 
+class Heartbeat:
+    """A running trial's heartbeat, recorded every ``heartbeat_interval`` seconds in a daemon thread (what
+    Optuna's ``HeartbeatThread`` does, in a thread that is not a daemon, stopped only by the exit of the
+    ``with`` block it starts in: a Ctrl-C landing after the start and before that block left it beating
+    for ever, and the interpreter waiting for it at exit). ``stop_left`` stops the heartbeats a thread
+    started and did not stop, from the ``finally`` of its study loop."""
+
+    _beating: ClassVar[dict[int, set[Heartbeat]]] = {}
+    """Heartbeats not yet stopped, by the thread that started them (a study runs in one thread)."""
+
+    def __init__(self, trial_id: int, storage: BaseStorage) -> None:
+        from optuna.storages._heartbeat import BaseHeartbeat
+
+        assert isinstance(storage, BaseHeartbeat)
+        self.trial_id = trial_id
+        self.storage = storage
+        self.stopped = threading.Event()
+        self.owner = threading.get_ident()
+        self.thread = threading.Thread(target=self._beat, name=f"composer-heartbeat-{trial_id}", daemon=True)
+
+    def __enter__(self) -> None:
+        self._beating.setdefault(self.owner, set()).add(self)  # before it starts: no moment unlisted
+        self.thread.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self.thread.join()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self._beating.get(self.owner, set()).discard(self)
+
+    def _beat(self) -> None:
+        interval = self.storage.get_heartbeat_interval()
+        assert interval is not None
+        while True:
+            self.storage.record_heartbeat(self.trial_id)
+            if self.stopped.wait(interval):
+                return
+
+    @classmethod
+    def stop_left(cls) -> None:
+        """Stop the heartbeats this thread started whose ``with`` block never ran or never ended."""
+        for beat in list(cls._beating.pop(threading.get_ident(), ())):
+            beat.stop()
+
+
 MAX_RETRIES = 3
 """Times a trial cut off by a dead process is run again: a configuration that kills its process every
 time (out of memory, say) must not be retried forever."""
@@ -116,6 +165,29 @@ def retry_lost_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> No
             system_attrs=attrs,
         )
     )
+
+
+class StaleTrials:
+    """The storage's heartbeat-stale-trial callback: queues a retry of each trial this process fails for a
+    lost heartbeat (``retry_lost_trial``) and keeps the trial until ``failed_by_heartbeat`` takes it, for
+    the study to give it a FAILED MLflow run. Optuna calls it in the one process whose update failed the
+    trial, so each such trial gets one run, whichever worker noticed."""
+
+    def __init__(self) -> None:
+        self.failed: list[optuna.trial.FrozenTrial] = []
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        retry_lost_trial(study, trial)
+        self.failed.append(trial)
+
+
+def failed_by_heartbeat(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """The trials this process failed for a lost heartbeat since the last call (each given once)."""
+    callback = _optuna.stale_trial_callback(study)
+    if not isinstance(callback, StaleTrials):
+        return []
+    taken, callback.failed = callback.failed, []
+    return taken
 
 
 def fail_trials_of_gone_workers(
@@ -163,7 +235,7 @@ def recover_lost_trials(study: optuna.Study, *, untagged_after_s: float | None =
     fail_trials_of_gone_workers(study, untagged_after_s=untagged_after_s)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)  # its callback (retry_lost_trial) queues their retries
+        optuna.storages.fail_stale_trials(study)  # its callback (StaleTrials) queues their retries
     trials = study.get_trials(deepcopy=False)
     retried = retried_numbers(trials)
     for trial in trials:

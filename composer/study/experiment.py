@@ -8,11 +8,20 @@ its root, so a study shares their embedding cache and indexes).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from composer.errors import ConfigError, config_error
 from composer.judges.config import JudgeConfig
@@ -128,8 +137,22 @@ class MlflowConfig(_Strict):
 SYNTH_SPLIT = {"held_out": 0.3, "seed": 0}
 
 
+def check_study_name(name: str) -> str:
+    """``name`` if it can name a study: it names files and folders in the work dir (``spool/<name>``,
+    ``<name>-report.html``) and is printed in the live view, so it holds no path separator, is not only
+    dots, and has no markup brackets. The one check of the experiment's ``name:``, the API's ``name=`` and
+    the CLI's ``--study-name`` and STUDY."""
+    if not _STUDY_NAME.fullmatch(name) or not name.strip("."):
+        raise ValueError(f"not a study name: {name!r}; use letters, digits, '_', '.' and '-' (not only "
+                         "dots), e.g. my-study.v2")
+    return name
+
+
+_STUDY_NAME = re.compile(r"[\w.\-]+")
+
+
 class ExperimentConfig(_Strict):
-    name: str = Field(min_length=1, pattern=r"^[\w.\-]+$")
+    name: Annotated[str, AfterValidator(check_study_name)]
     corpus: Path | None = Field(
         default=None, description="The corpus; optional with system: (the system searches its own)."
     )

@@ -6,7 +6,6 @@ The YAML's ``pipeline:`` section is a complete PipelineConfig, so ``composer eva
 
 from __future__ import annotations
 
-import os
 import pprint
 from datetime import datetime, timezone
 from pathlib import Path
@@ -83,9 +82,6 @@ def write_export(doc: dict[str, Any], out: Path, fmt: ExportFormat = "yaml") -> 
     it from a team or a container."""
     out.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(out, render_yaml(doc) if fmt == "yaml" else render_python(doc))
-    umask = os.umask(0)
-    os.umask(umask)
-    out.chmod(0o666 & ~umask)
     return out
 
 

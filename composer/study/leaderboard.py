@@ -141,18 +141,20 @@ def report_console(*, stderr: bool = False) -> Console:
     """A console for the leaderboard and the study's lines: a terminal's own width, but ``PIPED_WIDTH``
     when piped (``make demo | tee log``), so each trial stays one readable line in the log; an explicit
     ``COLUMNS`` wins."""
-    from rich.console import Console
+    from composer.console import make_console
 
-    console = Console(stderr=stderr)
+    console = make_console(stderr=stderr)
     if console.is_terminal or "COLUMNS" in os.environ:
         return console
-    return Console(stderr=stderr, width=PIPED_WIDTH)
+    return make_console(stderr=stderr, width=PIPED_WIDTH)
 
 
 def render_leaderboard(frame: pd.DataFrame, *, title: str = "", limit: int | None = None) -> Table:
-    """The leaderboard as a Rich table; metric columns nobody scored are left out."""
+    """The leaderboard as a Rich table; metric columns nobody scored are left out. Cells are ``Text``:
+    a sampled value with brackets (a model name, a prompt) is not Rich markup."""
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=title or None, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     shown = [c for c in frame.columns
@@ -165,7 +167,7 @@ def render_leaderboard(frame: pd.DataFrame, *, title: str = "", limit: int | Non
         cells = [_cell(row[c], c) for c in shown]
         if row["duplicate_of"] == row["duplicate_of"] and row["duplicate_of"] is not None:
             cells[shown.index("state")] = f"= #{int(row['duplicate_of'])}"
-        table.add_row(*cells)
+        table.add_row(*(Text(c) for c in cells))
     return table
 
 

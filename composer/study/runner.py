@@ -120,8 +120,11 @@ class StudyData:
         return tuple(sorted({*DEFAULT_KS, self.objective_config.k}))
 
     def configure(self, params: Mapping[str, Any]) -> Configured:
-        """A trial's parameters as what it runs: a pipeline config, or its factory's settings."""
-        return self.space.settings(params) if self.system is not None else self.space.build(params)
+        """A trial's parameters as what it runs: a pipeline config (with what the ``llm:`` block gives its
+        generator written out, so its export answers alike), or its factory's settings."""
+        if self.system is not None:
+            return self.space.settings(params)
+        return self.space.build(params).resolved(self.llm)
 
     def pipeline(self, config: Configured) -> Pipeline | SystemPipeline:
         """What produces the trial's batches: Composer's pipeline, or the user's system."""

@@ -18,6 +18,7 @@ dimensions:
 from __future__ import annotations
 
 import copy
+import difflib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -241,14 +242,76 @@ def load_search_space(path: str | Path, *, free: bool = False) -> SearchSpace:
     return parse_search_space(read_yaml(p, what="search space file"), source=str(p), free=free)
 
 
-def parse_search_space(data: Any, *, source: str = "<space>", free: bool = False) -> SearchSpace:
-    """A space from its mapping (a file's content); ``free``: any keys, a factory's parameters, checked
-    for form only (Composer cannot know what a user's factory accepts)."""
+SECTIONS = frozenset({"description", "defaults", "dimensions"})
+"""The keys of a space in its full form; a mapping with none of them is a flat mapping of dimensions."""
+
+
+def parse_search_space(
+    data: Any, *, source: str = "<space>", free: bool = False, argument: str | None = None
+) -> SearchSpace:
+    """A space from its mapping (a file's content, or an API argument): the full form (``defaults``,
+    ``dimensions``) or a flat mapping of dimensions. ``free``: any keys, a factory's parameters, checked
+    for form only (Composer cannot know what a user's factory accepts). ``argument``: the name of the API
+    argument an in-memory space came as; errors then name its key (``space["b"]["low"]``), not a file."""
+    flat = isinstance(data, dict) and bool(data) and not SECTIONS.intersection(data)
+    full = {"dimensions": data} if flat else data
+    try:
+        if flat:
+            _check_flat(data, source)
+        return _parse_full(full, source, free)
+    except ConfigError as exc:
+        if argument is not None:
+            # Located by the argument's own subscripts where a file would be: 'space["b"]["low"]: ...'.
+            raise ConfigError(exc.message, path=_argument_field(exc.field, full, flat, argument)) from None
+        if flat and exc.field is not None:  # the keys as the file has them, without the full form's
+            field = exc.field.removeprefix("dimensions.")
+            raise ConfigError(exc.message, path=exc.path, field=field) from None
+        raise
+
+
+def _check_flat(data: dict[str, Any], source: str) -> None:
+    """A flat mapping's keys are dimensions; one that looks like a misspelt section ('dimension:') is
+    said to be one, not taken for a setting."""
+    for key in data:
+        close = difflib.get_close_matches(str(key), sorted(SECTIONS), n=1, cutoff=0.8)
+        if close:
+            raise ConfigError(f"unknown key (did you mean '{close[0]}'?)", path=source, field=str(key))
+
+
+def _argument_field(field: str | None, full: Any, flat: bool, argument: str) -> str:
+    """A dotted field of the full form as the API argument's subscripts: ``dimensions.retrieval.k.low``
+    -> ``space["retrieval.k"]["low"]`` (dotted dimension and condition keys kept whole)."""
+    parts: list[str] = []
+    rest = field or ""
+    dims = full.get("dimensions") if isinstance(full, dict) else None
+    if rest.startswith("dimensions.") and isinstance(dims, dict):
+        rest = rest.removeprefix("dimensions.")
+        names = [str(k) for k in dims if rest == str(k) or rest.startswith(f"{k}.")]
+        name = max(names, key=len, default=None)
+        if name is not None:
+            parts = [] if flat else ["dimensions"]
+            parts.append(name)
+            rest = rest.removeprefix(name).removeprefix(".")
+            if rest.startswith("when."):
+                parts.append("when")
+                rest = rest.removeprefix("when.")
+                parts.append(rest)
+                rest = ""
+    parts += [p for p in rest.split(".") if p]
+    return argument + "".join(f'["{p}"]' for p in parts)
+
+
+def _parse_full(data: Any, source: str, free: bool) -> SearchSpace:
     if not isinstance(data, dict):
-        raise ConfigError("expected a mapping with 'dimensions'", path=source)
-    unknown = set(data) - {"description", "defaults", "dimensions"}
+        raise ConfigError("expected a mapping of dimensions (or one with 'dimensions')", path=source)
+    unknown = set(data) - SECTIONS
     if unknown:
-        raise ConfigError("unknown key", path=source, field=sorted(unknown)[0])
+        raise ConfigError(
+            f"unknown key; give either a flat mapping of dimensions or {', '.join(sorted(SECTIONS))} "
+            "(with the dimensions under 'dimensions')",
+            path=source,
+            field=sorted(unknown)[0],
+        )
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, dict):
         raise ConfigError("expected a mapping of settings", path=source, field="defaults")
@@ -274,18 +337,20 @@ def _parse_dimension(raw_key: str, spec: Any, earlier: Sequence[str], later: Seq
                      source: str, free: bool) -> Dimension:
     key = raw_key if free else canonical_key(raw_key, source, f"dimensions.{raw_key}")
     where = f"dimensions.{raw_key}"
+    if isinstance(spec, list):  # a bare list: its choices
+        spec = {"choices": spec}
     if not isinstance(spec, dict):
-        raise ConfigError("expected a mapping such as {choices: [...]} or {type: int, low: .., high: ..}",
-                          path=source, field=where)
+        raise ConfigError("expected a list of choices, or a mapping such as {choices: [...]} or "
+                          "{low: .., high: ..}", path=source, field=where)
     allowed = {"type", "choices", "low", "high", "step", "log", "when"}
     if set(spec) - allowed:
         raise ConfigError("unknown key", path=source, field=f"{where}.{sorted(set(spec) - allowed)[0]}")
-    kind = spec.get("type", "categorical" if "choices" in spec else None)
+    target = None if free else _field_at(key)
+    kind = spec.get("type", "categorical" if "choices" in spec else _range_kind(spec, target))
     if kind not in ("categorical", "int", "float"):
-        raise ConfigError("'type' must be categorical, int or float (or give 'choices')",
+        raise ConfigError("'type' must be categorical, int or float (or give 'choices', or 'low' and 'high')",
                           path=source, field=f"{where}.type")
     when = _parse_when(spec.get("when"), key, earlier, later, source, where, free)
-    target = None if free else _field_at(key)
     if kind == "categorical":
         choices = spec.get("choices")
         if isinstance(choices, dict) and choices:
@@ -344,6 +409,18 @@ def _parse_dimension(raw_key: str, spec: Any, earlier: Sequence[str], later: Seq
         _check_value(target, low, source, f"{where}.low")
         _check_value(target, high, source, f"{where}.high")
     return Dimension(key, kind, low=low, high=high, step=step, log=log, when=when)
+
+
+def _range_kind(spec: Mapping[str, Any], target: FieldInfo | type[BaseModel] | None) -> Kind | None:
+    """The type of a range given without one: the setting's own (a pipeline space), else the bounds'
+    (integers: int; any float: float). None when there is no range to read it from."""
+    if "low" not in spec or "high" not in spec:
+        return None
+    if isinstance(target, FieldInfo) and target.annotation in (int, float):
+        return "int" if target.annotation is int else "float"
+    bounds = (spec["low"], spec["high"])
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in bounds)
+    return "int" if ints else "float"
 
 
 def _parse_when(raw: Any, key: str, earlier: Sequence[str], later: Sequence[str], source: str,

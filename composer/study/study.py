@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from composer.data.types import Corpus, QuestionSet
-from composer.errors import ConfigError
+from composer.errors import ConfigError, option
 from composer.llm.preflight import check_reachable
 from composer.redact import scrub_url
 from composer.study import _optimize, _report
@@ -236,7 +236,9 @@ def _questions(exp: ExperimentConfig, corpus: Corpus, strict: bool) -> tuple[Que
 
     if exp.synth is None:
         assert exp.questions is not None
-        return load_questions(exp.questions, corpus=corpus, strict=strict), exp.questions, False
+        # Without a corpus (a user's system searching its own collection) no id can be checked against it.
+        known = corpus if exp.corpus is not None else None
+        return load_questions(exp.questions, corpus=known, strict=strict), exp.questions, False
     from composer.synth import cache_path, synthesize_cached
 
     path = cache_path(corpus, exp.synth, exp.work_dir)
@@ -289,7 +291,7 @@ def _check_same_data(study: optuna.Study, provenance: dict[str, Any]) -> None:
         if stored.get(key) != provenance[key]:
             raise ConfigError(
                 f"study '{study.study_name}' was run with another {key.replace('_', ' ')} "
-                f"({stored.get(key)} vs {provenance[key]}); use a new --study-name",
+                f"({stored.get(key)} vs {provenance[key]}); use another study name ({option('study_name')})",
                 field=key,
             )
 

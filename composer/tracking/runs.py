@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from composer.data.ranking import ChunkTable
-from composer.errors import InputError
+from composer.errors import InputError, option
 from composer.evaluation.artifacts import QUESTION_TABLE, Memo, report_files
 from composer.files import write_atomic
 from composer.locks import FileLock
@@ -46,13 +46,19 @@ STATE_TAG = "composer.state"
 BEST_TAG = "composer.best"
 SEGMENTS_TAG = "composer.segments"
 SEGMENT_ATTEMPTS = 5
-RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED"}
-"""MLflow's KILLED means "stopped by the user": a pruned trial ended as planned, so it is FINISHED and its
-``composer.state`` tag says PRUNED."""
+RUN_STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
+"""MLflow has no "pruned" status, and its UI shows every FINISHED run alike (green): a pruned trial, stopped
+early by the pruner, ends KILLED ("stopped before the end", MLflow's only status that is neither a success
+nor a failure), its ``composer.state`` tag saying PRUNED. A trial's run is never KILLED otherwise (one
+interrupted or lost is FAILED; only the study's parent run ends KILLED on Ctrl-C)."""
+COMPOSITE = "composite"
+"""The objective's metric: first in each trial's metrics, so MLflow's compare page (parallel coordinates)
+plots it by default; also the parent run's, its best complete trial's (see ``RunWriter._lead``)."""
 EXPERIMENT_NOTE = (
     "Composer studies: each study is a parent run (`tags.composer.role = 'study'`) with one nested run per "
     "trial. The winner is tagged `composer.best = 'true'` and named \"★ best #N\"; pruned trials are "
-    "FINISHED with `tags.composer.state = 'PRUNED'`. Sort by `metrics.composite`; each trial's Traces hold "
+    "KILLED (stopped early by the pruner) with `tags.composer.state = 'PRUNED'`. Sort by `metrics.composite` "
+    "(the study's run carries its best trial's, so it sorts first); each trial's Traces hold "
     "one trace per question with its metrics as assessments, and `questions.json` its per-question table. "
     "The parent run holds the study's charts (`plots/*.png`), leaderboard and best config."
 )
@@ -235,7 +241,7 @@ class RunWriter:
             raise InputError(
                 f"MLflow holds trials of study '{self.study_name}' under run {parent_run_id}, but its "
                 "Optuna storage has none: if the storage was lost or replaced, restore it; to start the "
-                "study again, give it a new --study-name",
+                f"study again, give it a new {option('study_name')}",
                 field="storage",
             )
 
@@ -285,7 +291,7 @@ class RunWriter:
         now = int(time.time() * 1000)
         metrics = [
             Metric(mlflow_metric_name(k), float(v), now, 0)
-            for k, v in log.metrics.items()
+            for k, v in sorted(log.metrics.items(), key=lambda item: item[0] != COMPOSITE)
             if isinstance(v, int | float)
         ]
         metrics += [Metric("running_composite", v, now, step) for step, v in enumerate(log.steps)]
@@ -308,7 +314,21 @@ class RunWriter:
         self.traces_skipped += len(late)
         self.client.set_terminated(run_id, status=RUN_STATUS.get(log.state, "FAILED"))
         self.logged[log.number] = (run_id, RUN_STATUS.get(log.state, "FAILED"))
+        self._lead(log)
         return run_id
+
+    def _lead(self, log: TrialLog) -> None:
+        """The parent run's ``composite`` raised to a complete trial's that beats it. MLflow sorts runs
+        without the metric last: ``composer ui`` opens the runs sorted by composite, and without it the
+        study's run came after all its trials (with over 100 of them, not even on the first page, so they
+        were listed on their own instead of nested under it). Read before it is raised: another worker's
+        writer may have raised it further."""
+        value = log.metrics.get(COMPOSITE)
+        if log.state != "COMPLETE" or not isinstance(value, int | float) or value != value:
+            return
+        current = self.client.get_run(self.parent_run_id).data.metrics.get(COMPOSITE)
+        if current is None or value > current:
+            self.client.log_metric(self.parent_run_id, COMPOSITE, float(value), step=self.segment)
 
     def write_late_traces(self, log: TrialLog, why: str) -> None:
         """The traces a trial's run went without (the writer was behind), written now into its run: the
@@ -511,9 +531,11 @@ class RunWriter:
             "judge", SpanType.EVALUATOR, latency.get("judge", 0.0), {"answer": sample.answer}, scores, judged
         )
         # Assessments logged while the trace is live travel with it, in its one write to the store: logged
-        # after, each would be a write of its own (~10 ms, for every metric of every question).
+        # after, each would be a write of its own (~10 ms, for every metric of every question). The traces
+        # list shows the question and the answer themselves, not the root span's inputs and outputs as JSON.
         with safe_set_span_in_context(root):
             self._assess(root.trace_id, sample, judged["judge"])
+            mlflow.update_current_trace(request_preview=sample.question, response_preview=sample.answer)
         root.end(outputs={"answer": sample.answer}, end_time_ns=t)
 
     def _assess(self, trace_id: str, sample: Any, judge: str) -> None:
@@ -561,9 +583,12 @@ class RunWriter:
         held_out_error = (summary.get("held_out") or {}).get("error")
         if held_out_error is not None:
             tags["composer.held_out_error"] = str(held_out_error)[:4000]
+        headline = dict(metrics)
+        if best is not None and summary.get("best_value") is not None:
+            headline[COMPOSITE] = float(summary["best_value"])  # the study's best, whichever worker found it
         self.client.log_batch(
             self.parent_run_id,
-            metrics=[Metric(mlflow_metric_name(k), float(v), now, self.segment) for k, v in metrics.items()],
+            metrics=[Metric(mlflow_metric_name(k), float(v), now, self.segment) for k, v in headline.items()],
             tags=[RunTag(k, v) for k, v in scrub(tags).items()],
         )
         if best is not None:

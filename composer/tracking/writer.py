@@ -8,7 +8,6 @@ on at once; the queue is bounded (``MAX_PENDING``), so a study never runs far ah
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import signal
@@ -26,7 +25,18 @@ from composer.errors import ComposerError, InputError
 from composer.locks import FileLock
 from composer.redact import scrub
 from composer.study.record import TrialLog
-from composer.tracking.spool import TABLES, UNTRACED, WRITER_LOCK, Orphans, Spool, SpoolUnpickler
+from composer.tracking.spool import (
+    RECORD,
+    TABLES,
+    UNTRACED,
+    WRITER_LOCK,
+    Orphans,
+    Refused,
+    Spool,
+    read_record,
+    refusal,
+    set_aside,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,6 +52,8 @@ question): a trial's 25 traces cost the writer ~1.5 s, and it must keep pace wit
 milliseconds. A study whose trials outpace the writer gets traces when it has nearly caught up (AutoRAG's
 space on ARCD: 5 of 484 trials); a slower one, for every trial."""
 WRITE_ATTEMPTS = 3
+PAYLOADS: dict[str, type[Any]] = {"trial": TrialLog, "lost": list, "study": tuple}
+"""What a spool record of each kind holds (``StudyTracker``'s submit, lost and log_study)."""
 RESTARTS = 3
 """How often a study starts its writer again after it died, before leaving the rest spooled."""
 LEADERS = 2
@@ -186,7 +198,7 @@ class StudyTracker:
         for note, times in self.notes.items():
             logger.warning("MLflow store: %s (%d times, retried; see %s)", note, times,
                            self.settings.spool / "writer.log")
-        left = len(list(self.spool.owner.glob("*.pkl")))
+        left = len(list(self.spool.owner.glob(f"*{RECORD}")))
         for failure in self.failures[:5]:
             logger.warning("MLflow: %s", failure)
         if left:
@@ -230,7 +242,7 @@ class StudyTracker:
         self._start()
         try:
             self.ready()
-            records = sorted(self.spool.owner.glob("*.pkl"))
+            records = sorted(self.spool.owner.glob(f"*{RECORD}"))
             self.pending = 0
             for record in records:
                 self._out.send(("item", str(record), self.pending))
@@ -272,6 +284,8 @@ class StudyTracker:
             self.parent_run_id = rest[0]
         elif kind == "error":
             raise InputError(rest[0], field=rest[1])
+        elif kind == "warning":  # a spool file it did not read, or a dead study's record it could not write
+            logger.warning("MLflow: %s", rest[0])
         elif kind == "done":
             self.pending -= 1
             if rest[0] is not None:
@@ -316,8 +330,12 @@ def serve(inbox: Connection, outbox: Connection) -> None:
     outbox.send(("ready", writer.parent_run_id))
     tables: dict[str, ChunkTable] = {}
     stats = {"mlflow_writer_records": 0.0, "mlflow_writer_seconds": 0.0}
+    for refused in left.refused:
+        outbox.send(("warning", refused))
     for path in left.files:
-        _write(writer, path, settings.spool / TABLES, tables, backlog=MAX_PENDING)
+        failure = _write(writer, path, settings.spool / TABLES, tables, backlog=MAX_PENDING)
+        if failure is not None:
+            outbox.send(("warning", failure))
     left.release()
     while True:
         try:
@@ -346,17 +364,21 @@ def _write(
 ) -> str | None:
     """Write one spooled record, retrying a store that hiccups (each error retried goes to ``notes``);
     None on success, else why it failed (the file then stays for the next run). A trial written without
-    its traces keeps its record in ``untraced/`` until the study ends (see ``_trace_leaders``)."""
+    its traces keeps its record in ``untraced/`` until the study ends (see ``_trace_leaders``). A record
+    that cannot be read (damaged, pickled by an older version, another user's) is never retried forever:
+    see ``set_aside``."""
+    kind = path.name.partition("-")[2].removesuffix(path.suffix)
     try:
-        kind, payload = (
-            path.stem.split("-", 1)[1],
-            SpoolUnpickler(io.BytesIO(path.read_bytes()), tables_dir, tables).load(),
-        )
+        payload = read_record(path, tables_dir, tables)
+        expected = PAYLOADS.get(kind)
+        if expected is None or not isinstance(payload, expected):
+            raise ValueError(f"not a {kind!r} record")
     except FileNotFoundError:
         return None  # written and removed meanwhile
-    except Exception as exc:  # from another version, or damaged: set aside, never retried forever
-        path.rename(path.with_suffix(".unreadable"))
-        return f"{path.name} could not be read ({type(exc).__name__}: {exc}); moved aside"
+    except Refused as exc:  # the record, or the chunk table it names
+        return set_aside(path, exc.why if exc.path == path else str(exc))
+    except Exception as exc:
+        return set_aside(path, f"{type(exc).__name__}: {exc}")
     for attempt in range(1, WRITE_ATTEMPTS + 1):
         try:
             if kind == "trial":
@@ -365,8 +387,9 @@ def _write(
                 if not traced and payload.report is not None and writer.max_traces != 0:
                     untraced = tables_dir.parent / UNTRACED
                     untraced.mkdir(exist_ok=True)
-                    os.replace(path, untraced / f"{payload.number:06d}-trial.pkl")
-                    return None
+                    if refusal(untraced) is None:
+                        os.replace(path, untraced / f"{payload.number:06d}-trial{RECORD}")
+                        return None
             elif kind == "lost":
                 for number, config, reason in payload:
                     writer.write_lost(number, config, reason)
@@ -390,25 +413,32 @@ def _trace_leaders(
     """Write the traces the leaderboard's winner and runner-up went without, then drop the untraced
     records of the trials it ranks below them: those stay behind (later trials only push them down); a
     trial it does not list (another worker's, finished since) keeps its record. A record is claimed by
-    renaming it, so two workers ending together write a leader's traces once."""
+    renaming it, so two workers ending together write a leader's traces once. Records that are not the
+    user's own are left alone."""
     folder = tables_dir.parent / UNTRACED
-    if not folder.is_dir():
+    if not folder.is_dir() or refusal(folder) is not None:
         return
     complete = [int(n) for n in board.loc[board["state"] == "COMPLETE", "trial"]]
     numbers = complete[:LEADERS]
     for number in numbers:
-        path = folder / f"{number:06d}-trial.pkl"
+        path = folder / f"{number:06d}-trial{RECORD}"
         claimed = path.with_name(f"{path.name}.{os.getpid()}")
         try:
+            if refusal(path) is not None:
+                continue
             path.rename(claimed)
+            log = read_record(claimed, tables_dir, tables)
         except FileNotFoundError:
             continue  # traced with its run, or by another worker
-        log = SpoolUnpickler(io.BytesIO(claimed.read_bytes()), tables_dir, tables).load()
+        except Exception as exc:  # damaged: its run is written; its traces stay in traces.jsonl
+            logger.warning("MLflow: %s", set_aside(claimed, f"{type(exc).__name__}: {exc}"))
+            continue
         writer.write_late_traces(log, "winner" if number == numbers[0] else "runner-up")
         claimed.unlink()
     behind = {int(n) for n in board["trial"]} - set(numbers)
-    for path in folder.glob("*-trial.pkl"):
-        if int(path.name.split("-", 1)[0]) in behind:
+    for path in folder.glob(f"*-trial{RECORD}"):
+        prefix = path.name.split("-", 1)[0]
+        if prefix.isdigit() and int(prefix) in behind and refusal(path) is None:
             path.unlink(missing_ok=True)
 
 

@@ -1,0 +1,224 @@
+"""The MLflow writer's spool holds data, never code: records round-trip through JSON and raw arrays, a
+planted pickle is never unpickled, and files that are not the user's own (or are links) are not read."""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import stat
+import subprocess
+import sys
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from composer.data.columns import TextColumn
+from composer.data.ranking import ChunkTable, Ranking
+from composer.data.types import Hit
+from composer.evaluation.report import EvaluationReport, SampleTable, StageError, concat_tables
+from composer.study.record import TrialLog
+from composer.tracking.spool import (
+    ASIDE,
+    MAGIC,
+    OWNER_LOCK,
+    RECORD,
+    TABLES,
+    Orphans,
+    Refused,
+    Spool,
+    read_record,
+)
+from composer.tracking.writer import _write
+
+TABLE = ChunkTable(
+    ("a#0", "b#0", "c#0"), ("a", "b", "c"), ("نص أول", "متن دوم", "gamma text"), key="composer-test"
+)
+
+
+def batch(lo: int, hi: int) -> SampleTable:
+    """Questions lo..hi scored as one batch, with everything a table can hold."""
+    ids = tuple(f"q{i}" for i in range(lo, hi))
+    rows = hi - lo
+    return SampleTable(
+        ids,
+        tuple(f"ما السؤال {i}؟" for i in range(lo, hi)),
+        metrics={"recall@1": np.array([1.0, np.nan, 0.0][:rows]), "token_f1": np.linspace(0, 1, rows)},
+        latency={"retrieve": np.full(rows, 0.002)},
+        context_tokens=np.arange(rows, dtype=np.float64),
+        retrieved=Ranking(ids, np.array([[0, 1], [2, -1], [1, 0]][:rows]),
+                          np.array([[0.9, 0.5], [0.7, 0.0], [0.4, 0.3]][:rows]), TABLE),
+        answers=["جواب \ud800 half a pair", None, "answer"][:rows],
+        skipped={"answer": [None, "refusal", None][:rows]},
+        errors={1: StageError("generation", "TimeoutError", "timed out")} if rows > 1 else {},
+        reasons={0: {"faithfulness": "grounded in a#0"}},
+    )
+
+
+def trial_log(table: SampleTable) -> TrialLog:
+    return TrialLog(
+        7,
+        {"retrieval": {"mode": "hybrid", "k": 2, "weights": [0.5, 0.5]}, "$": "a user's key", "": None},
+        datetime(2026, 1, 2, 3, 4, 5, 678, tzinfo=timezone(timedelta(hours=3, minutes=30))),
+        "COMPLETE",
+        metrics={"composite": 0.5, "recall@1": 1.0, "latency_ms": 2},
+        steps=[0.25, 0.5],
+        tags={"composer.index_key": "composer-test"},
+        report=EvaluationReport(table, (1, 2), "document", {"questions": "q.jsonl", "llm": {"calls": 3}}),
+        answerer="openai/gpt-4o-mini",
+        judge="judge-model",
+        error_rates={"generation": {"TimeoutError": {"count": 1, "rate": 0.5}}},
+        generation={"q0": {"model": "m", "tokens": 12, "cache": True}, "$": {"odd": "question id"}},
+    )
+
+
+def assert_same_log(back: TrialLog, log: TrialLog) -> None:
+    assert isinstance(back, TrialLog)
+    assert replace(back, report=None) == replace(log, report=None)
+    assert back.report is not None and log.report is not None
+    assert (back.report.ks, back.report.match_mode, back.report.meta) == (
+        log.report.ks, log.report.match_mode, log.report.meta)
+    assert back.report.samples == log.report.samples  # ids, questions, hits, answers, scores, errors...
+    table, original = back.report.table, log.report.table
+    assert table.question_ids == original.question_ids and table.questions == original.questions
+    for name, column in original.metrics.items():
+        np.testing.assert_array_equal(table.metrics[name], column)
+        assert table.metrics[name].flags.writeable
+    assert table.errors == original.errors and table.reasons == original.reasons
+
+
+def test_a_trial_record_round_trips_as_data(tmp_path: Path) -> None:
+    """Every field comes back equal: tuples, NaN, a time zone, a lone surrogate, keys that look like the
+    format's tags; the ranking stays a Ranking over the chunk table, which is spooled once by key."""
+    spool = Spool(tmp_path / "spool")
+    log = trial_log(batch(0, 3))
+    path = spool.put("trial", log)
+    assert path.suffix == RECORD and path.read_bytes().startswith(MAGIC)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600  # the questions and answers: the user's only
+    back = read_record(path, spool.tables, {})
+    assert_same_log(back, log)
+    assert back.report is not None and isinstance(back.report.table.retrieved, Ranking)
+    assert isinstance(back.report.table.retrieved.table.texts, TextColumn)  # mapped, not loaded
+    assert list(back.report.table.retrieved.table.texts) == list(TABLE.texts)
+    assert math.isnan(back.report.table.metrics["recall@1"][1])
+    assert [p.name for p in (spool.root / TABLES).iterdir()] == ["composer-test"]
+
+
+def test_batched_hits_a_lost_list_and_a_study_record_round_trip(tmp_path: Path) -> None:
+    """Batches joined (their hits as lists, as an LLM study scores them), the lost trials' tuples and the
+    study's leaderboard, charts and summary."""
+    spool = Spool(tmp_path / "spool")
+    table = concat_tables([batch(0, 3), batch(3, 5)])
+    assert not isinstance(table.retrieved, Ranking)
+    table.retrieved[1].append(Hit("x", 0.1, None, None))  # a hit without text or document
+    log = trial_log(table)
+    assert_same_log(read_record(spool.put("trial", log), spool.tables, {}), log)
+
+    lost = [(3, {"k": 2}, "process died"), (4, None, "never ran")]
+    assert read_record(spool.put("lost", lost), spool.tables, {}) == lost
+
+    board = pd.DataFrame({
+        "trial": [2, 0], "state": pd.array(["COMPLETE", "FAIL"], dtype="str"), "composite": [0.9, np.nan],
+        "token_f1": [None, None], "duplicate_of": [np.nan, 2.0], "config": ["mode=bm25", "mode=dense"],
+    })
+    plots = {"history": b"\x89PNG\0"}
+    study = ({"best_trial": 2, "notes": ("a", "b")}, {"best_value": 0.9}, board, None, plots)
+    back = read_record(spool.put("study", study), spool.tables, {})
+    assert isinstance(back, tuple) and back[:2] == study[:2] and back[3:] == study[3:]
+    pd.testing.assert_frame_equal(back[2], board)
+
+
+class Planted:
+    """What a pickle planted in a work dir would do when unpickled: create ``marker``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def plant(spool: Path, name: str, marker: Path) -> Path:
+    """A dead tracker's folder in ``spool`` holding a malicious pickle named ``name``."""
+    folder = spool / "deadhost-4242-abcdef"
+    folder.mkdir(parents=True)
+    (spool / f"{folder.name}{OWNER_LOCK}").touch()
+    path = folder / name
+    path.write_bytes(pickle.dumps(Planted(marker)))
+    return path
+
+
+@pytest.mark.timeout(300)
+def test_a_pickle_planted_in_a_studys_spool_never_runs(tmp_path: Path) -> None:
+    """``composer optimize`` finds a dead tracker's folder with a pickle in it: the pickle is not loaded (the
+    marker its ``__reduce__`` would create does not exist), the user is told which file and why, and the file
+    is moved aside, so no later run reads it again."""
+    from sample_study import write_sample_study
+
+    space = "dimensions:\n  retrieval.mode: {choices: [bm25]}\n  retrieval.k: {choices: [3]}\n"
+    experiment = (
+        "name: s\ncorpus: {corpus}\nquestions: questions.jsonl\nsearch_space: space.yaml\n"
+        "sampler: {{name: random, seed: 0}}\npruner: none\nn_trials: 1\nmlflow: {{traces: 0}}\n"
+        f"workdir: {tmp_path / 'work'}\n"
+    )
+    exp_file = write_sample_study(tmp_path, space=space, experiment=experiment, n_questions=20)
+    marker = tmp_path / "PWNED"
+    spool = tmp_path / "work" / "spool" / "s"
+    planted = plant(spool, "000001-trial.pkl", marker)
+    disguised = planted.with_name(f"000002-trial{RECORD}")  # a pickle under the new name
+    disguised.write_bytes(planted.read_bytes())
+    composer = str(Path(sys.executable).with_name("composer"))
+    proc = subprocess.run([composer, "optimize", str(exp_file)], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "COLUMNS": "300"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not marker.exists()
+    output = " ".join((proc.stdout + proc.stderr).split())
+    assert f"{planted} is not read (a pickled record, from an older Composer version or an untrusted source" \
+        in output
+    assert f"{disguised} is not read (ValueError: not a spool record of this Composer version)" in output
+    assert all(p.with_name(p.name + ASIDE).exists() for p in (planted, disguised))
+    assert Orphans(spool).files == []
+
+
+def test_a_spool_file_that_is_a_link_is_not_read(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool")
+    record = spool.put("trial", trial_log(batch(0, 1)))
+    link = record.with_name(f"000002-trial{RECORD}")
+    link.symlink_to(record)
+    with pytest.raises(Refused, match="a symbolic link"):
+        read_record(link, spool.tables, {})
+    failure = _write(None, link, spool.tables, {}, 0)
+    assert failure == f"{link} is not read (a symbolic link); left as it is" and link.is_symlink()
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to give files away")
+def test_spool_files_of_another_user_are_refused_and_left_alone(tmp_path: Path) -> None:
+    """A dead tracker's record owned by another user is not read and not deleted, and said once: its folder
+    is no orphan afterwards. A folder, or a chunk table, of another user's is refused the same way."""
+    root = tmp_path / "spool"
+    dead = Spool(root)
+    record = dead.put("trial", trial_log(batch(0, 2)))
+    dead._lock.release()  # the tracker died
+    os.chown(record, 12345, 12345)
+    left = Orphans(root)
+    assert left.files == [record] and left.refused == []
+    failure = _write(None, record, root / TABLES, {}, 0)
+    assert failure == f"{record} is not read (owned by another user, uid 12345); left as it is"
+    left.release()
+    assert record.exists() and record.stat().st_uid == 12345
+    assert Orphans(root).files == [] and Orphans(root).refused == []  # never retried
+
+    other = Spool(root)
+    other._lock.release()
+    os.chown(other.owner, 12345, 12345)
+    refused = f"{other.owner} is not read (owned by another user, uid 12345); left as it is"
+    assert Orphans(root).refused == [refused]
+
+    mine = Spool(root).put("trial", trial_log(batch(0, 2)))
+    os.chown(root / TABLES / "composer-test" / "texts", 12345, 12345)
+    with pytest.raises(Refused, match="owned by another user"):
+        read_record(mine, root / TABLES, {})
