@@ -8,6 +8,8 @@ The library (the CLI is a layer over it)::
     pipe = composer.load_pipeline("best.yaml", "corpus.jsonl"); pipe.ask("...")
 
 Names resolve on first use: ``import composer`` imports nothing heavy (no torch, litellm, MLflow, Optuna).
+The package is typed (``py.typed``): ``composer.protocols`` holds the shapes of a user's system
+(``Retriever``, ``RAGSystem``, ``Runnable``, ``System``, ``SystemFactory``) for a type checker.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from composer.generation.generator import Answer
     from composer.pipeline.config import PipelineConfig
     from composer.pipeline.pipeline import Pipeline
+    from composer.protocols import RAGSystem, Retriever, Runnable
     from composer.study.study import StudyResult
 
 _EXPORTS = {
@@ -42,6 +45,9 @@ _EXPORTS = {
     "ComposerError": "composer.errors",
     "ConfigError": "composer.errors",
     "InputError": "composer.errors",
+    "Retriever": "composer.protocols",
+    "RAGSystem": "composer.protocols",
+    "Runnable": "composer.protocols",
 }
 
 __all__ = [
@@ -57,6 +63,9 @@ __all__ = [
     "PipelineConfig",
     "Question",
     "QuestionSet",
+    "RAGSystem",
+    "Retriever",
+    "Runnable",
     "StudyResult",
     "evaluate",
     "load_pipeline",

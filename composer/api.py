@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from composer.errors import ConfigError, config_error
+from composer.protocols import CorpusSource, Evaluable, Questions, SystemFactory
 
 if TYPE_CHECKING:
     from composer.data.types import Corpus, QuestionSet
@@ -36,9 +37,9 @@ PIPELINE_SUFFIXES = (".yaml", ".yml")
 
 
 def evaluate(
-    system: Any,
-    questions: Any,
-    corpus: Any = None,
+    system: Evaluable,
+    questions: Questions,
+    corpus: CorpusSource | None = None,
     *,
     k: Sequence[int] = (1, 3, 5, 10),
     metrics: Sequence[str] | None = None,
@@ -50,16 +51,46 @@ def evaluate(
     """Score ``system`` on ``questions``: retrieval metrics at every cutoff in ``k``, answer metrics when
     it answers, LLM judges with ``judge``; bootstrap CIs, latency per question and failures counted.
 
-    ``system`` is a pipeline config (YAML path, dict, ``PipelineConfig``), a ``Pipeline``, a run (run file
-    path, or mapping question id -> ranked ids or hits), any object with ``retrieve(question) -> list``
-    (a LlamaIndex retriever too; optionally with ``answer(question, contexts) -> str``; sync or ``async
-    def``), a LangChain retriever or runnable (``invoke(question) -> list of Documents``), or a plain
-    callable ``question -> list``. ``metrics`` names the LLM-judged metrics to compute (default: the
-    judge's own, answer_correctness and faithfulness); retrieval and deterministic answer metrics are always
-    reported.
-    ``judge`` is a litellm model name or a judge block (``model``, ``api_base``, ``api_key_env``,
-    ``timeout``...). ``mlflow`` logs the report as a run: a tracking URI, ``{"tracking_uri", "experiment",
-    "run_name"}``, or True for ``<workdir>/mlflow.db``. Caches (judge replies, indexes) live in ``workdir``.
+    Args:
+        system: A pipeline config (YAML path, dict, ``PipelineConfig``), a ``Pipeline``, a run (run file
+            path, or mapping question id -> ranked ids or hits), or a user's system
+            (``composer.protocols.System``): an object with ``retrieve(question) -> list`` (a LlamaIndex
+            retriever too; optionally with ``answer(question, contexts) -> str``; sync or ``async def``), a
+            LangChain retriever or runnable (``invoke(question) -> list of Documents``), or a plain callable
+            ``question -> list``.
+        questions: A question set: a file (.jsonl, .json, .csv, .tsv, .xlsx, .parquet), a DataFrame, a
+            list of dicts or a ``QuestionSet``.
+        corpus: The documents, in the same forms (or a document file or folder); required for a Composer
+            pipeline, which indexes it; for any other system it supplies hit texts and checks the ids.
+        k: The cutoffs of the retrieval metrics.
+        metrics: The LLM-judged metrics to compute (default: the judge's own, answer_correctness and
+            faithfulness); retrieval and deterministic answer metrics are always reported.
+        judge: A litellm model name or a judge block (``model``, ``api_base``, ``api_key_env``,
+            ``timeout``...).
+        concurrency: Questions in flight at once for a user's system (1 calls it one question at a time).
+        workdir: Where caches (judge replies, indexes) live; default ``.composer``.
+        mlflow: Log the report as an MLflow run: a tracking URI, ``{"tracking_uri", "experiment",
+            "run_name"}``, or True for ``<workdir>/mlflow.db``.
+
+    Returns:
+        The report: ``report.means()``, ``report.stats()``, ``report.summary()``, ``report.save(path)``.
+
+    Raises:
+        ConfigError: A bad config, metric or judge (naming the key or argument), or ``judge`` given for a
+            system that cannot answer.
+        InputError: An unreadable or invalid question set, corpus or run file (naming file, line, field).
+        ComposerError: ``system`` is none of the above, or a system returned something unreadable.
+
+    Example:
+        ::
+
+            report = composer.evaluate(
+                {"retrieval": {"mode": "bm25", "k": 10}},  # or a Retriever, a run file...
+                "examples/arcd-sample/questions.jsonl",
+                "examples/arcd-sample/corpus.jsonl",
+                k=(1, 5),
+            )
+            print(report.means()["recall@5"])
     """
     from composer.evaluation.scoring import score_pipeline
 
@@ -120,7 +151,7 @@ def _judging(
     """The judge of an evaluation; metrics are checked by name whether or not a judge is given."""
     from composer.judges import JudgeConfig
     from composer.judges.panel import JUDGE_METRICS
-    from composer.study.objective import known_metrics, unknown_metric
+    from composer.study.experiment import known_metrics, unknown_metric
 
     wanted = list(metrics or ())
     for name in wanted:
@@ -224,7 +255,7 @@ def _log_to_mlflow(report: EvaluationReport, target: str | Mapping[str, Any] | b
 
 def load_pipeline(
     config: str | Path | Mapping[str, Any] | PipelineConfig,
-    corpus: Any = None,
+    corpus: CorpusSource | None = None,
     *,
     workdir: str | Path | None = None,
     qdrant: str | None = None,
@@ -233,10 +264,32 @@ def load_pipeline(
     section), a dict or a ``PipelineConfig``. With ``corpus`` it is indexed (built once, then reused from
     ``workdir``), ready for ``pipe.search(text)`` and ``pipe.ask(question)``.
 
-    ``workdir`` (indexes, embeddings, LLM replies) defaults to ``.composer`` beside a config file (the
-    folder itself when it is one: an export written into a study's work dir reuses its caches), and for an
-    in-memory config to the user's cache folder (``$XDG_CACHE_HOME/composer``, else
-    ``~/.cache/composer``): never a folder of wherever the process happens to run."""
+    Args:
+        config: A pipeline YAML or export file, a dict of either, or a ``PipelineConfig``.
+        corpus: The documents to index (a file, folder, DataFrame, list of dicts or ``Corpus``); None leaves
+            the pipeline unindexed (call ``pipe.index(corpus)`` later).
+        workdir: Indexes, embeddings and LLM replies. Default: ``.composer`` beside a config file (the
+            folder itself when it is one: an export written into a study's work dir reuses its caches), and
+            for an in-memory config the user's cache folder (``$XDG_CACHE_HOME/composer``, else
+            ``~/.cache/composer``): never a folder of wherever the process happens to run.
+        qdrant: A Qdrant server URL; None keeps the index in Qdrant Edge, on disk under ``workdir``.
+
+    Returns:
+        The pipeline, indexed when ``corpus`` is given.
+
+    Raises:
+        ConfigError: A bad config (naming the file and key).
+        InputError: An unreadable or invalid config file or corpus.
+
+    Example:
+        ::
+
+            pipe = composer.load_pipeline(
+                {"retrieval": {"mode": "bm25", "k": 5}}, "examples/arcd-sample/corpus.jsonl"
+            )  # or composer export's best.yaml
+            for hit in pipe.search("متى ولد جمال خاشقجي؟", k=3):
+                print(hit.id, hit.score)
+    """
     from composer.pipeline.config import PipelineConfig, load_pipeline_config
     from composer.pipeline.pipeline import Pipeline
 
@@ -268,11 +321,11 @@ def _pipeline_workdir(config: object) -> Path:
 
 
 def optimize(
-    target: str | Path | Mapping[str, Any] | Callable[[dict[str, Any]], Any],
+    target: str | Path | Mapping[str, Any] | SystemFactory,
     *,
     space: str | Path | Mapping[str, Any] | None = None,
-    questions: Any = None,
-    corpus: Any = None,
+    questions: Questions | None = None,
+    corpus: CorpusSource | None = None,
     objective: Mapping[str, Any] | None = None,
     n_trials: int | None = None,
     sampler: str | Mapping[str, Any] | None = None,
@@ -286,20 +339,59 @@ def optimize(
 ) -> StudyResult:
     """Run (or continue) a study and return its winner.
 
-    ``target`` is an experiment file or dict, or a factory ``settings -> system`` (any system ``evaluate``
-    accepts): Composer samples ``space`` (the format of ``search_spaces/*.yaml``, a dict or a file; or a
-    flat mapping of dimensions: ``{"k": [3, 5, 10], "b": {"low": 0.3, "high": 0.9}}``, a list being the
-    choices and a range's type read from its bounds; for a factory its keys are the factory's own
-    settings) with Optuna, scores each system in
-    batches with pruning, logs every trial to MLflow under one parent run, resumes when called again with
-    the same ``name`` and ``workdir``, and re-scores the winner on the held-out split (``split=
-    {"held_out": 0.3}``). The remaining keyword arguments are experiment keys (``split``, ``timeout``,
-    ``batch_size``, ``judge``, ``llm``, ``stop``...). In-memory questions, corpora and spaces are written
-    once, content-addressed, under ``<workdir>/inputs`` so the study records files it can be re-run from.
+    Composer samples ``space`` with Optuna, scores each system in batches with pruning, logs every trial
+    to MLflow under one parent run, resumes when called again with the same ``name`` and ``workdir``, and
+    re-scores the winner on the held-out split (``split={"held_out": 0.3}``). In-memory questions, corpora
+    and spaces are written once, content-addressed, under ``<workdir>/inputs`` so the study records files
+    it can be re-run from.
+
+    Args:
+        target: An experiment file or dict, or a factory ``settings -> system``
+            (``composer.protocols.SystemFactory``; any system ``evaluate`` accepts).
+        space: The format of ``search_spaces/*.yaml``, a dict or a file; or a flat mapping of dimensions:
+            ``{"k": [3, 5, 10], "b": {"low": 0.3, "high": 0.9}}``, a list being the choices and a range's
+            type read from its bounds; for a factory its keys are the factory's own settings.
+        questions: The question set (a file, DataFrame, list of dicts or ``QuestionSet``).
+        corpus: The documents (a file, folder, DataFrame, list of dicts or ``Corpus``).
+        objective: The experiment's ``objective`` block (``metric``, ``direction``...).
+        n_trials: Trials to run in this call.
+        sampler: An Optuna sampler name or block.
+        pruner: An Optuna pruner name or block.
+        storage: An Optuna storage URL (default: SQLite under ``workdir``).
+        mlflow: A tracking URI or the experiment's ``mlflow`` block.
+        workdir: The study's folder (caches, storage, inputs); default ``.composer``.
+        name: The study's name: the same name and ``workdir`` resume it.
+        concurrency: Questions in flight at once for a factory's systems.
+        **experiment: Further experiment keys (``split``, ``timeout``, ``batch_size``, ``judge``, ``llm``,
+            ``stop``...).
+
+    Returns:
+        The study's result: its best trial, settings and scores (``held_out()`` for the held-out ones).
+
+    Raises:
+        ConfigError: A bad experiment key or search space (naming the argument or key).
+        InputError: An unreadable or invalid question set or corpus.
+        ComposerError: The study stopped (its trials kept failing) or a system returned something
+            unreadable.
+
+    Example:
+        ::
+
+            def make_rag(settings: dict[str, Any]) -> composer.protocols.Retriever:
+                return MyRetriever(k=settings["k"])  # any class with retrieve(question)
+
+            result = composer.optimize(
+                make_rag,
+                space={"k": [3, 5, 10]},
+                questions="examples/arcd-sample/questions.jsonl",
+                corpus="examples/arcd-sample/corpus.jsonl",
+                n_trials=5,
+            )
+            print(result.best_value, result.best_params)
     """
     from composer.study.study import run_study
 
-    factory: Callable[[dict[str, Any]], Any] | None = None
+    factory: SystemFactory | None = None
     source: str | Path | Mapping[str, Any] | None = None
     if isinstance(target, str | Path | Mapping):
         source = target

@@ -42,7 +42,19 @@ def _spoken(text: str, cli: bool) -> str:
 
 class ComposerError(Exception):
     """Base class for errors Composer reports without a traceback. Options a message suggests (see
-    ``option``) read as the API's words in ``str()``, as the CLI's flags in ``cli_message()``."""
+    ``option``) read as the API's words in ``str()``, as the CLI's flags in ``cli_message()``.
+
+    Args:
+        *args: The message (as for ``Exception``).
+
+    Example:
+        ::
+
+            try:
+                composer.evaluate(system, "questions.jsonl", "corpus.jsonl")
+            except composer.ComposerError as error:
+                print(error)  # one readable line
+    """
 
     exit_code = 2
 
@@ -50,7 +62,11 @@ class ComposerError(Exception):
         return _spoken(super().__str__(), cli=False)
 
     def cli_message(self) -> str:
-        """The message as the command line says it: its options as flags."""
+        """The message as the command line says it: its options as flags.
+
+        Returns:
+            The message, options as CLI flags.
+        """
         return _spoken(super().__str__(), cli=True)
 
 
@@ -62,7 +78,22 @@ class StudyStopped(ComposerError):
 
 
 class InputError(ComposerError):
-    """Bad user input, located as precisely as we can: file, line, field."""
+    """Bad user input, located as precisely as we can: file, line, field.
+
+    Args:
+        message: What is wrong.
+        path: The file (or an argument's name, such as ``<list>``).
+        line: The line or row in it.
+        field: The key or API argument.
+
+    Example:
+        ::
+
+            try:
+                composer.evaluate(system, "questions.jsonl")
+            except composer.InputError as error:
+                print(error.path, error.line, error.field, error.message)
+    """
 
     def __init__(
         self,
@@ -79,6 +110,7 @@ class InputError(ComposerError):
         super().__init__(self.location_message())
 
     def location_message(self) -> str:
+        """The message prefixed with where it is: ``path:line (field 'key'): message``."""
         where = ""
         if self.path:
             where = self.path
@@ -90,7 +122,22 @@ class InputError(ComposerError):
 
 
 class ConfigError(InputError):
-    """A configuration file or value is invalid."""
+    """A configuration file or value is invalid (an ``InputError``: same arguments and fields).
+
+    Args:
+        message: What is wrong.
+        path: The config file, or ``<config>`` for one in memory.
+        line: The line in it, where known.
+        field: The dotted key or API argument (``retrieval.k``, ``judge``).
+
+    Example:
+        ::
+
+            try:
+                composer.load_pipeline({"retrieval": {"kk": 3}})
+            except composer.ConfigError as error:
+                print(error.field)  # retrieval.kk
+    """
 
 
 def config_error(

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import re
 import sqlite3
 import threading
@@ -399,3 +400,31 @@ def sqlite_file(url: str) -> Path | None:
 
     database = make_url(url).database
     return None if not database or database == ":memory:" else Path(database)
+
+
+SCHEMA_ATTEMPTS = 6
+"""Tries at opening a storage whose fresh schema other workers may be creating at the same moment."""
+
+
+def despite_schema_race(open_storage: Callable[[], T]) -> T:
+    """Open a storage, again if another worker was creating the same fresh schema at that moment.
+
+    Optuna creates its tables and version rows on first open, and the MLflow parent-run election its
+    table (``composer.tracking.parent``); two workers doing it at once collide (a table, type or row
+    that appeared in between). Each step is idempotent, so a retry finds the schema complete. Errors
+    of any other kind (a wrong URL, a server down) are raised at once.
+    """
+    from sqlalchemy import exc
+
+    attempt = 1
+    while True:
+        try:
+            return open_storage()
+        except (exc.IntegrityError, exc.ProgrammingError, exc.OperationalError) as err:
+            message = str(err.orig).lower()
+            racing = isinstance(err, exc.IntegrityError) or "already exists" in message or "locked" in message
+            if not racing or attempt == SCHEMA_ATTEMPTS:
+                raise
+            logger.debug("storage schema busy (attempt %d): %s", attempt, message)
+            time.sleep(0.1 * attempt + 0.2 * random.random())
+            attempt += 1

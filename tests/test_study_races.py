@@ -10,13 +10,15 @@ import optuna
 import pytest
 from sqlalchemy import exc
 
-from composer.study import _optimize, _storage
+from composer import store
+from composer.study import _optimize
 from composer.study._optimize import SurplusTrial
 from composer.study._sampling import StudySampler, make_sampler
-from composer.study._storage import ParentClaims, open_study
+from composer.study._storage import open_study
 from composer.study.experiment import load_experiment
 from composer.study.record import TrialRecord
 from composer.study.space import load_search_space, parse_search_space
+from composer.tracking.parent import ParentClaims
 from composer.tracking.runs import ROLE_TAG, RunWriter
 
 EXPERIMENT = """
@@ -29,7 +31,7 @@ sampler: {name: random, seed: 3}
 
 
 def test_opening_a_storage_retries_only_a_schema_race(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_storage.time, "sleep", lambda _: None)
+    monkeypatch.setattr(store.time, "sleep", lambda _: None)
     calls: list[int] = []
 
     def collides_twice() -> str:
@@ -40,7 +42,7 @@ def test_opening_a_storage_retries_only_a_schema_race(monkeypatch: pytest.Monkey
             raise exc.OperationalError("CREATE TABLE", {}, Exception("table studies already exists"))
         return "storage"
 
-    assert _storage._despite_schema_race(collides_twice) == "storage" and len(calls) == 3
+    assert store.despite_schema_race(collides_twice) == "storage" and len(calls) == 3
 
     calls.clear()
 
@@ -49,7 +51,7 @@ def test_opening_a_storage_retries_only_a_schema_race(monkeypatch: pytest.Monkey
         raise exc.OperationalError("connect", {}, Exception("connection refused"))
 
     with pytest.raises(exc.OperationalError, match="refused"):
-        _storage._despite_schema_race(refused)
+        store.despite_schema_race(refused)
     assert len(calls) == 1  # not a race: no retry
 
     calls.clear()
@@ -59,8 +61,8 @@ def test_opening_a_storage_retries_only_a_schema_race(monkeypatch: pytest.Monkey
         raise exc.IntegrityError("INSERT", {}, Exception("duplicate"))
 
     with pytest.raises(exc.IntegrityError):
-        _storage._despite_schema_race(always)
-    assert len(calls) == _storage.SCHEMA_ATTEMPTS
+        store.despite_schema_race(always)
+    assert len(calls) == store.SCHEMA_ATTEMPTS
 
 
 def proposals(
@@ -200,8 +202,10 @@ def test_a_study_deleted_and_created_again_under_its_name_is_refused_its_old_par
     first.client.create_run(first.experiment_id, tags={"mlflow.parentRunId": first.parent_run_id,
                                                        TRIAL_TAG: "0"})
     study = optuna.create_study(study_name="s", storage=storage)  # a new study: no trials yet
-    with pytest.raises(InputError, match=r"MLflow holds trials of study 's'.*new --study-name"):
+    with pytest.raises(InputError, match=r"MLflow holds trials of study 's'.*another name \(name='NEW'\)"
+                       ) as refused:
         RunWriter(uri, "races", "s", storage=storage)
+    assert refused.value.cli_message().endswith("another name (--study-name NEW)")
     # Another worker's trial, from after this worker opened the study, counts: no refusal then.
     study.ask()
     assert RunWriter(uri, "races", "s", storage=storage).parent_run_id == first.parent_run_id

@@ -14,6 +14,20 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Document:
+    """One document of a corpus.
+
+    Attributes:
+        id: Its id, as questions' ``relevant_ids`` name it.
+        text: Its text.
+        title: Its title ("" when none).
+        metadata: Anything else its row carried.
+
+    Example:
+        ::
+
+            doc = composer.Document("d1", "Cairo is the capital of Egypt.", title="Cairo")
+    """
+
     id: str
     text: str
     title: str = ""
@@ -22,6 +36,24 @@ class Document:
 
 @dataclass(frozen=True)
 class Question:
+    """One question of a question set, with what scores an answer to it.
+
+    Attributes:
+        id: Its id.
+        question: Its text.
+        relevant_ids: The documents (or chunks) that answer it: what retrieval metrics count.
+        reference_answer: The answer LLM judges compare with.
+        answers: Gold answers for token F1 and exact match.
+        context: Reference passages.
+        metadata: Anything else its row carried.
+
+    Example:
+        ::
+
+            q = composer.Question("q1", "What is the capital of Egypt?", relevant_ids=("d1",),
+                                  answers=("Cairo",))
+    """
+
     id: str
     question: str
     relevant_ids: tuple[str, ...] = ()
@@ -44,7 +76,20 @@ class Question:
 
 @dataclass(frozen=True)
 class Hit:
-    """One retrieved item: a document or chunk id, its score, and where known its text and document."""
+    """One retrieved item: a document or chunk id, its score, and where known its text and document.
+
+    Attributes:
+        id: The chunk's (or document's) id.
+        score: Its score (higher is better).
+        text: Its text, where known.
+        doc_id: The document a chunk belongs to, where known.
+
+    Example:
+        ::
+
+            for hit in pipe.search("متى ولد جمال خاشقجي؟", k=3):
+                print(hit.id, hit.score, hit.doc_id)
+    """
 
     id: str
     score: float
@@ -58,6 +103,22 @@ Run = dict[str, list[Hit]]
 
 @dataclass
 class Corpus:
+    """The documents a system searches, by id.
+
+    Attributes:
+        documents: The documents, in their file's order.
+        source: Where they were read from.
+        report: What reading a folder did (files, pages, skips, repairs); None for tables and memory.
+
+    Example:
+        ::
+
+            from composer.data import load_corpus
+
+            corpus = load_corpus("examples/arcd-sample/corpus.jsonl")
+            print(len(corpus), corpus.get("arcd-000-0"))
+    """
+
     documents: list[Document]
     source: str = "<memory>"
     report: CorpusReport | None = field(default=None, compare=False, repr=False)
@@ -77,6 +138,7 @@ class Corpus:
         return doc_id in self._by_id
 
     def get(self, doc_id: str) -> Document | None:
+        """The document with id ``doc_id``, or None."""
         return self._by_id.get(doc_id)
 
     def fingerprint(self) -> str:
@@ -96,6 +158,21 @@ class Corpus:
 
 @dataclass
 class QuestionSet:
+    """The questions a system is scored on, in their file's order.
+
+    Attributes:
+        questions: The questions.
+        source: Where they were read from.
+
+    Example:
+        ::
+
+            from composer.data import load_questions
+
+            questions = load_questions("examples/arcd-sample/questions.jsonl")
+            first_ten = questions.subset([q.id for q in questions][:10])
+    """
+
     questions: list[Question]
     source: str = "<memory>"
 
@@ -109,6 +186,7 @@ class QuestionSet:
         return iter(self.questions)
 
     def subset(self, ids: Sequence[str]) -> QuestionSet:
+        """The questions whose id is in ``ids``, in this set's order."""
         wanted = set(ids)
         return QuestionSet([q for q in self.questions if q.id in wanted], self.source)
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from composer.data.ranking import NONE, Ranking
 from composer.data.types import Hit
-from composer.evaluation.report import Column, EvaluationReport, SampleTable, optional_values, strict_json
+from composer.evaluation.table import Column, SampleTable, optional_values, strict_json
 
 QUESTION_TABLE = "questions.json"
 _MEMO_TUPLES = 8
@@ -52,28 +52,6 @@ class Memo:
             if len(self.tuples) > _MEMO_TUPLES:
                 self.tuples.popitem(last=False)
         return found
-
-
-def report_files(
-    report: EvaluationReport,
-    *,
-    texts: bool = True,
-    expectations: Mapping[str, Mapping[str, Any]] | None = None,
-    memo: Memo | None = None,
-) -> dict[str, str]:
-    """summary.json, samples.csv, traces.jsonl and error_rates.json by name, and questions.json when
-    ``expectations`` (question id -> ``expected_ids``, ``expected_response``) are given; ``texts=False``
-    keeps retrieved texts out of traces.jsonl (a study logs each index's chunk texts once)."""
-    cells = Cells(report.table, memo or Memo())
-    files = {
-        "summary.json": report.summary_json() + "\n",
-        "samples.csv": samples_csv(report, cells),
-        "traces.jsonl": "".join(trace_lines(cells, texts=texts)),
-        "error_rates.json": strict_json(report.error_rates()) + "\n",
-    }
-    if expectations is not None:
-        files[QUESTION_TABLE] = question_table(cells, expectations)
-    return files
 
 
 class Cells:
@@ -161,11 +139,31 @@ class Cells:
         return known
 
 
-def samples_csv(report: EvaluationReport, cells: Cells) -> str:
+def sample_columns(t: SampleTable, retrieved_ids: Sequence[str]) -> dict[str, Sequence[Any]]:
+    """The columns of ``to_dataframe`` (and samples.csv), metrics and latencies as numbers (None where
+    missing); ``retrieved_ids`` is each question's retrieved ids as a JSON list."""
+    n = len(t)
+    tokens = optional_values(t.context_tokens) if t.context_tokens is not None else [None] * n
+    columns: dict[str, Sequence[Any]] = {
+        "question_id": t.question_ids,
+        "question": t.questions,
+        "retrieved_ids": retrieved_ids,
+        "answer": t.answers if t.answers is not None else [None] * n,
+        "context_tokens": [None if v is None else int(v) for v in tokens],
+    }
+    columns.update({name: optional_values(col) for name, col in t.metrics.items()})
+    columns.update({f"latency_{stage}_s": optional_values(col)
+                    for stage, col in t.latency.items() if not np.isnan(col).all()})
+    columns.update({f"skipped_{group}": reasons for group, reasons in t.skipped.items()})
+    columns["error"] = [None if (e := t.errors.get(i)) is None else str(e) for i in range(n)]
+    return columns
+
+
+def samples_csv(cells: Cells) -> str:
     """samples.csv: ``EvaluationReport.to_dataframe``'s columns written by the csv module (pandas'
     ``to_csv`` takes 2.5x longer); an empty cell where a value is missing."""
     t = cells.table
-    columns = report.sample_columns(retrieved_ids=cells.retrieved_ids)
+    columns = sample_columns(t, cells.retrieved_ids)
     for name in t.metrics:
         columns[name] = cells.metrics[name]
     for stage in t.latency:

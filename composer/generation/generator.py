@@ -14,8 +14,23 @@ from composer.llm.prompt import PromptLanguage, numbered, prompt_language
 
 @dataclass(frozen=True)
 class Answer:
-    """The answer text (None when every attempt failed), the prompt language, the passages it was given
-    (what the judges grade it against) and the LLM call's outcome (None: no call was made)."""
+    """An answer, as ``Pipeline.ask`` returns it.
+
+    Attributes:
+        text: The answer (None when every attempt failed; ``result`` says why).
+        lang: The prompt language (also ``language``).
+        result: The LLM call's outcome (None: no call was made).
+        contexts: The passages it was given (what the judges grade it against).
+        hits: The ranked chunks the contexts came from.
+        citations: Where the contexts come from, once each.
+
+    Example:
+        ::
+
+            answer = pipe.ask("من هو جمال أحمد حمزة خاشقجي؟")
+            if not answer.failed and not answer.refusal:
+                print(answer.text, answer.citations)
+    """
 
     text: str | None
     lang: PromptLanguage
@@ -28,10 +43,12 @@ class Answer:
 
     @property
     def failed(self) -> bool:
+        """Whether there is no answer (every attempt failed)."""
         return self.text is None
 
     @property
     def language(self) -> PromptLanguage:
+        """The prompt language (``ar``, ``fa``, ``en``...)."""
         return self.lang
 
     @property

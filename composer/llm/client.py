@@ -43,6 +43,7 @@ from composer.llm.faults import (
     unusable,
 )
 from composer.llm.prompt import PromptLanguage, prompt_language
+from composer.llm.sdk import load_litellm
 from composer.llm.sync import run_sync
 from composer.llm.usage import FailureKind, Usage, active_trackers
 
@@ -90,14 +91,6 @@ class Result:
     @property
     def ok(self) -> bool:
         return self.error_kind is None
-
-
-def _litellm() -> Any:
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price-map download at import
-    import litellm
-
-    litellm.suppress_debug_info = True
-    return litellm
 
 
 class LLMClient:
@@ -208,7 +201,7 @@ class LLMClient:
         self, messages: list[Message], params: dict[str, Any], validate: Validator | None
     ) -> Result:
         cfg = self.config
-        _litellm()  # import (seconds, once) before any timeout starts counting
+        load_litellm()  # import (seconds, once) before any timeout starts counting
         attempt = 0
         request, repairing = messages, False
         while True:
@@ -260,7 +253,7 @@ class LLMClient:
             kwargs["client"] = sdk_client(kwargs.get("api_key"), cfg.api_base)
         # Retries are ours (counted, Retry-After aware); litellm's and the OpenAI SDK's are switched off.
         with reply_limit(body_limit(params.get("max_tokens"))):
-            return await _litellm().acompletion(
+            return await load_litellm().acompletion(
                 model=cfg.model,
                 messages=messages,
                 timeout=cfg.timeout,

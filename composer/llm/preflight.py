@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from composer.errors import ComposerError
 from composer.llm.config import LLMConfig
+from composer.llm.sdk import load_litellm
 from composer.redact import scrub_url
 
 PING = [{"role": "user", "content": "Reply with the single word: ok"}]
@@ -57,10 +58,8 @@ def missing_key(config: LLMConfig) -> str | None:
     """
     if config.api_key_env is not None or config.api_base is not None:
         return None
-    from composer.llm.client import _litellm
-
     try:
-        missing = _litellm().validate_environment(model=config.model).get("missing_keys") or []
+        missing = load_litellm().validate_environment(model=config.model).get("missing_keys") or []
     except Exception:  # a provider litellm cannot tell: the test request will say what is wrong
         return None
     keys = [str(k) for k in missing if "KEY" in str(k).upper() or "TOKEN" in str(k).upper()]

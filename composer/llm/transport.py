@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from composer.llm.faults import ReplyTooLarge
+from composer.llm.sdk import load_litellm
 
 CHARS_PER_TOKEN = 32
 """Characters one token can stand for, generously (long words, runs of spaces): text beyond
@@ -109,9 +110,7 @@ def capped_openai_client(api_key: str | None, api_base: str | None) -> Any:
 def _litellm_transport() -> httpx.AsyncBaseTransport:
     """The transport litellm itself would use (aiohttp when installed, its SSL settings), so a request
     goes out, and fails, exactly as without the bound; plain httpx where this litellm has none."""
-    from composer.llm.client import _litellm
-
-    _litellm()  # imported as the client imports it (no price-map download)
+    load_litellm()  # imported as the client imports it (no price-map download)
     try:
         from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler, get_ssl_configuration
 

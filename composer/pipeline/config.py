@@ -27,6 +27,23 @@ key, so a collection of another layout is never reused."""
 
 
 class PipelineConfig(Strict):
+    """A pipeline's settings, section by section (the format of a pipeline YAML); every key has a default.
+
+    Attributes:
+        chunking: How documents are cut into chunks.
+        embedding: The dense embedding model.
+        retrieval: BM25, dense or hybrid search and its ``k``.
+        rerank: An optional reranker.
+        query_expansion: Optional LLM query rewriting.
+        generation: The answering LLM (``model`` None: retrieval only).
+
+    Example:
+        ::
+
+            config = composer.PipelineConfig.from_dict({"retrieval": {"mode": "bm25", "k": 10}})
+            pipe = composer.load_pipeline(config, "examples/arcd-sample/corpus.jsonl")
+    """
+
     chunking: ChunkingConfig = ChunkingConfig()
     embedding: EmbeddingConfig = EmbeddingConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
@@ -87,10 +104,12 @@ class PipelineConfig(Strict):
         return self.model_copy(update={"generation": self.generation.resolved(llm)})
 
     def to_dict(self) -> dict[str, Any]:
+        """The config as plain data (what ``from_dict`` and a pipeline YAML read)."""
         return self.model_dump(mode="json", by_alias=True)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "<config>") -> PipelineConfig:
+        """The config ``data`` describes; a bad key raises a ConfigError naming ``source`` and the key."""
         try:
             return cls.model_validate(data)
         except ValidationError as exc:

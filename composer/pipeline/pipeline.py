@@ -69,7 +69,22 @@ class Pipeline:
     """Index a corpus once per index key, then rank questions and answer them.
 
     ``llm`` holds the run's LLM settings (timeout, concurrency, retries, cache, prices); the config names
-    the models. LLM replies are cached under ``<workdir>/cache/llm``.
+    the models. LLM replies are cached under ``<workdir>/cache/llm``. Build one with
+    ``composer.load_pipeline`` (or ``Pipeline.from_config``).
+
+    Args:
+        config: The pipeline's settings.
+        workspace: Where its indexes and caches live.
+        progress: Called as indexing advances.
+        llm: The run's LLM settings (default: ``LLMConfig()``).
+
+    Example:
+        ::
+
+            pipe = composer.load_pipeline({"retrieval": {"mode": "bm25", "k": 5}},
+                                          "examples/arcd-sample/corpus.jsonl")
+            hits = pipe.search("متى ولد جمال خاشقجي؟")
+            answer = pipe.ask("من هو جمال أحمد حمزة خاشقجي؟")  # extractive without generation.model
     """
 
     def __init__(
@@ -114,10 +129,12 @@ class Pipeline:
 
     @property
     def workdir(self) -> Path:
+        """Where its indexes, embeddings and LLM replies are kept."""
         return self.workspace.workdir
 
     @property
     def embedder(self) -> CachedEmbedder:
+        """The config's embedding model, loaded on first use, its vectors cached under ``workdir``."""
         if self._embedder is None:
             on_progress = None
             if self.progress is not None:
@@ -130,6 +147,7 @@ class Pipeline:
 
     @property
     def cache_stats(self) -> dict[str, int]:
+        """Counts of cached work computed and reused so far."""
         emb = self._embedder
         stats = {
             "embeddings_computed": emb.computed if emb else 0,
@@ -142,17 +160,31 @@ class Pipeline:
 
     @property
     def handle(self) -> IndexHandle:
+        """The open index; a ComposerError before ``index``."""
         if self._handle is None:
             raise ComposerError("index a corpus first: pipeline.index(corpus)")
         return self._handle
 
     @property
     def key(self) -> str:
+        """The open index's key (corpus, chunking and embedding settings)."""
         return self.handle.key
 
     def index(self, corpus: Corpus) -> IndexInfo:
         """Build the collection for this corpus and these index settings, or reuse the one already built
-        (opened once per process; later pipelines on the same key reuse the open one)."""
+        (opened once per process; later pipelines on the same key reuse the open one).
+
+        Args:
+            corpus: The documents to search.
+
+        Returns:
+            The index's key, its number of chunks and whether it was reused.
+
+        Example:
+            ::
+
+                pipe.index(load_corpus("examples/arcd-sample/corpus.jsonl")).reused
+        """
         started = time.perf_counter()
         before = self.cache_stats
         dense = self.config.needs_dense_index
@@ -210,17 +242,55 @@ class Pipeline:
         return self.rank(questions)[0].to_run()
 
     def search(self, query: str, k: int | None = None) -> list[Hit]:
-        """Ranked chunks for one query string: the config's ``retrieval.k`` of them, or ``k``."""
+        """Ranked chunks for one query string, best first.
+
+        Args:
+            query: The text to search for.
+            k: How many hits (default: the config's ``retrieval.k``).
+
+        Returns:
+            The hits: id, score, text and doc_id.
+
+        Example:
+            ::
+
+                [h.doc_id for h in pipe.search("متى ولد جمال خاشقجي؟", k=3)]
+        """
         return self._at(k).retrieve([Question(id="query", question=query)])["query"]
 
     async def asearch(self, query: str, k: int | None = None) -> list[Hit]:
-        """``search`` without blocking the caller's event loop."""
+        """``search`` without blocking the caller's event loop (it runs in a thread).
+
+        Args:
+            query: The text to search for.
+            k: How many hits (default: the config's ``retrieval.k``).
+
+        Returns:
+            The hits, as ``search`` returns them.
+
+        Example:
+            ::
+
+                hits = await pipe.asearch("متى ولد جمال خاشقجي؟")
+        """
         return await asyncio.to_thread(self.search, query, k)
 
     def ask(self, question: str) -> Answer:
-        """Retrieve, then answer ``question`` from its top ``generation.max_contexts`` chunks: the answer's
-        ``text`` (None if generation failed; ``result`` says why), ``contexts``, ``hits`` (to cite),
-        ``language`` and ``refusal``."""
+        """Retrieve, then answer ``question`` from its top ``generation.max_contexts`` chunks.
+
+        Args:
+            question: The question's text.
+
+        Returns:
+            The answer's ``text`` (None if generation failed; ``result`` says why), ``contexts``, ``hits``
+            and ``citations`` (to cite), ``language`` and ``refusal``.
+
+        Example:
+            ::
+
+                answer = pipe.ask("من هو جمال أحمد حمزة خاشقجي؟")
+                print(answer.text, answer.citations)
+        """
         q = Question(id="question", question=question)
         ranking, _ = self.rank([q])
         answer = self.answer([q], ranking)[q.id]
@@ -238,7 +308,19 @@ class Pipeline:
         return {c.id: c for c in self._chunks}
 
     async def aask(self, question: str) -> Answer:
-        """``ask`` without blocking the caller's event loop."""
+        """``ask`` without blocking the caller's event loop (it runs in a thread).
+
+        Args:
+            question: The question's text.
+
+        Returns:
+            The answer, as ``ask`` returns it.
+
+        Example:
+            ::
+
+                answer = await pipe.aask("من هو جمال أحمد حمزة خاشقجي؟")
+        """
         return await asyncio.to_thread(self.ask, question)
 
     def _at(self, k: int | None) -> Pipeline:
@@ -256,6 +338,7 @@ class Pipeline:
 
     @property
     def retriever(self) -> Retriever:
+        """The config's search (BM25, dense or hybrid), built on first use."""
         if self._retriever is None:
             cfg = self.config
             self._retriever = Retriever(
@@ -318,6 +401,7 @@ class Pipeline:
 
     @property
     def reranker(self) -> Reranker:
+        """The config's reranker, built on first use."""
         if self._reranker is None:
             cfg = self.config.rerank
             embedder = self.embedder if cfg.method == "mmr" else None
@@ -347,10 +431,12 @@ class Pipeline:
 
     @property
     def generator_model(self) -> str | None:
+        """The answering LLM (None: no generation model configured)."""
         return self.config.generation.model
 
     @property
     def answerer(self) -> str:
+        """What answers, as reports name it: ``llm:<model>`` or ``extractive``."""
         model = self.config.generation.model
         return f"llm:{model}" if model else "extractive"
 
@@ -371,6 +457,7 @@ class Pipeline:
 
     @property
     def generator(self) -> Generator | None:
+        """The answering LLM's generator, built on first use; None without an LLM."""
         if self._generator is None and (cfg := self.generator_llm) is not None:
             gen = self.config.generation
             self._generator = Generator(self.workspace.client(cfg), gen.template)

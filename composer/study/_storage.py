@@ -3,20 +3,16 @@ machines), its schema created race-free, trials of dead processes failed by hear
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
-import random
 import sqlite3
-import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from composer.errors import ConfigError, InputError, option
 from composer.redact import scrub_url
+from composer.store import despite_schema_race
 
 if TYPE_CHECKING:
     import optuna
@@ -25,12 +21,6 @@ if TYPE_CHECKING:
     from composer.study.space import SearchSpace
 
 logger = logging.getLogger(__name__)
-
-SCHEMA_ATTEMPTS = 6
-"""Tries at opening a storage whose fresh schema other workers may be creating at the same moment."""
-
-T = TypeVar("T")
-
 
 def make_storage(
     url: str, heartbeat_interval: int | None = None, *, read_only: bool = False
@@ -68,10 +58,10 @@ def make_storage(
             use_wal(file)
     try:
         if heartbeat_interval is None:
-            return _despite_schema_race(lambda: RDBStorage(url, **options))
+            return despite_schema_race(lambda: RDBStorage(url, **options))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ExperimentalWarning)
-            return _despite_schema_race(
+            return despite_schema_race(
                 lambda: RDBStorage(
                     url,
                     heartbeat_interval=heartbeat_interval,
@@ -156,29 +146,6 @@ def _schema_mismatch(url: str) -> str:
             f"uses: back it up, then run `optuna storage upgrade --storage {shown}`")
 
 
-def _despite_schema_race(open_storage: Callable[[], T]) -> T:
-    """Open a storage, again if another worker was creating the same fresh schema at that moment.
-
-    Optuna creates its tables and version rows on first open; two workers doing it at once collide
-    (a table, type or row that appeared in between). Each step is idempotent, so a retry finds the
-    schema complete. Errors of any other kind (a wrong URL, a server down) are raised at once.
-    """
-    from sqlalchemy import exc
-
-    attempt = 1
-    while True:
-        try:
-            return open_storage()
-        except (exc.IntegrityError, exc.ProgrammingError, exc.OperationalError) as err:
-            message = str(err.orig).lower()
-            racing = isinstance(err, exc.IntegrityError) or "already exists" in message or "locked" in message
-            if not racing or attempt == SCHEMA_ATTEMPTS:
-                raise
-            logger.debug("storage schema busy (attempt %d): %s", attempt, message)
-            time.sleep(0.1 * attempt + 0.2 * random.random())
-            attempt += 1
-
-
 def open_study(exp: ExperimentConfig, space: SearchSpace, *, name: str | None = None) -> optuna.Study:
     """Create the study, or load it (same storage and name) to continue where it stopped."""
     import optuna
@@ -204,7 +171,8 @@ def open_study(exp: ExperimentConfig, space: SearchSpace, *, name: str | None = 
     if [d.name.lower() for d in study.directions] != directions:
         raise ConfigError(
             f"study '{study_name}' exists with other objectives "
-            f"({[d.name.lower() for d in study.directions]}); choose another {option('study_name')}",
+            f"({[d.name.lower() for d in study.directions]}); choose another name "
+            f"({option('study_name', 'NEW')})",
             field="objective",
         )
     from composer.study._compat import check_unchanged
@@ -244,78 +212,3 @@ class _FailedTrialsOnceInTheLiveView(logging.Filter):
         if not record.getMessage().startswith("Trial "):
             return True
         return logging.getLogger("composer").isEnabledFor(logging.DEBUG)
-
-
-class ParentClaims:
-    """The study's MLflow parent run, elected through the Optuna storage's transactions.
-
-    Workers that find no parent each create a candidate run and insert it into a table of the Optuna
-    storage keyed by (study, MLflow experiment): the primary key admits the first insert alone, so every
-    worker reads back the same winner and the losers delete their candidates. No clock, no wait, on
-    SQLite and PostgreSQL alike. The row outlives the MLflow store: a store emptied or replaced under a
-    study that has logged to it is noticed (``RunWriter``) instead of restarted. The store's URI is not
-    part of the key, so a study directory moved elsewhere (its default store's path with it) continues.
-    """
-
-    TABLE = "composer_parent_runs"
-
-    def __init__(self, storage_url: str, study: str, experiment: str) -> None:
-        import sqlalchemy as sa
-        from sqlalchemy.pool import NullPool
-
-        from composer.store import sqlite_file, use_wal
-
-        if (file := sqlite_file(storage_url)) is not None:
-            use_wal(file)
-        self.key = hashlib.sha256(json.dumps([study, experiment]).encode()).hexdigest()
-        self._engine = sa.create_engine(storage_url, poolclass=NullPool)
-        self._table = sa.Table(
-            self.TABLE,
-            sa.MetaData(),
-            sa.Column("claim_key", sa.String(64), primary_key=True),
-            sa.Column("study", sa.String(512), nullable=False),
-            sa.Column("run_id", sa.String(64), nullable=False),
-        )
-        self._study = study[:512]
-        _despite_schema_race(lambda: self._table.create(self._engine, checkfirst=True))
-
-    def get(self) -> str | None:
-        """The elected parent run id, None before any election."""
-        import sqlalchemy as sa
-
-        with self._engine.connect() as conn:
-            row = conn.execute(
-                sa.select(self._table.c.run_id).where(self._table.c.claim_key == self.key)
-            ).first()
-        return None if row is None else str(row[0])
-
-    def study_has_trials(self) -> bool:
-        """Whether the study has any trial in the storage (False without Optuna's tables)."""
-        import sqlalchemy as sa
-
-        query = sa.text(
-            "SELECT 1 FROM trials JOIN studies ON trials.study_id = studies.study_id "
-            "WHERE studies.study_name = :name LIMIT 1"
-        )
-        try:
-            with self._engine.connect() as conn:
-                return conn.execute(query, {"name": self._study}).first() is not None
-        except sa.exc.DBAPIError:
-            return False
-
-    def claim(self, run_id: str) -> str:
-        """Elect ``run_id`` unless another worker's run was elected first; the winner either way."""
-        import sqlalchemy as sa
-
-        try:
-            with self._engine.begin() as conn:
-                row = {"claim_key": self.key, "study": self._study, "run_id": run_id}
-                conn.execute(sa.insert(self._table).values(**row))
-        except sa.exc.IntegrityError:
-            pass  # another worker's insert came first
-        winner = self.get()
-        assert winner is not None
-        return winner
-
-    def close(self) -> None:
-        self._engine.dispose()

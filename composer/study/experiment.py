@@ -26,6 +26,7 @@ from pydantic import (
 from composer.errors import ConfigError, config_error
 from composer.judges.config import JudgeConfig
 from composer.llm.config import LLMConfig
+from composer.metrics.retrieval import RETRIEVAL_METRICS
 from composer.synth.config import SynthConfig
 from composer.yamlfile import read_yaml
 
@@ -35,6 +36,25 @@ SECONDARY_DIRECTIONS: dict[str, Literal["minimize", "maximize"]] = {
     "latency_ms": "minimize",
     "context_tokens": "minimize",
 }
+
+ANSWER_METRICS: tuple[str, ...] = ("token_f1", "exact_match", "faithfulness_overlap", "answer_refusal_rate",
+                                   "refusal_accuracy")
+"""Deterministic metrics of an answer: free, but only with answers (which a retrieval-only study skips)."""
+
+
+def known_metrics() -> list[str]:
+    """Every metric name an objective may weigh (retrieval metrics also as ``name@k``)."""
+    from composer.judges.panel import JUDGE_METRICS  # the judges pull in the LLM client: on first check only
+
+    return [*RETRIEVAL_METRICS, *ANSWER_METRICS, *JUDGE_METRICS, "grounded"]
+
+
+def unknown_metric(name: str) -> bool:
+    """A name no study could ever score: a typo, which must not silently drop out of the objective."""
+    base, at, k = name.partition("@")
+    if at:
+        return base not in RETRIEVAL_METRICS or not k.isdigit() or int(k) < 1
+    return name not in known_metrics()
 
 
 class _Strict(BaseModel):
@@ -56,8 +76,6 @@ class ObjectiveConfig(_Strict):
     @field_validator("metrics")
     @classmethod
     def _known_metrics(cls, metrics: dict[str, float]) -> dict[str, float]:
-        from composer.study.objective import known_metrics, unknown_metric  # it imports this module
-
         unknown = [m for m in metrics if unknown_metric(m)]
         if unknown:
             raise ValueError(

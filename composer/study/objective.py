@@ -27,26 +27,6 @@ logger = logging.getLogger(__name__)
 # retrieved contexts for faithfulness.
 STAND_INS: dict[str, str] = {"answer_correctness": "token_f1", "faithfulness": "faithfulness_overlap"}
 
-ANSWER_METRICS: tuple[str, ...] = ("token_f1", "exact_match", "faithfulness_overlap", "answer_refusal_rate",
-                                   "refusal_accuracy")
-"""Deterministic metrics of an answer: free, but only with answers (which a retrieval-only study skips)."""
-
-
-def known_metrics() -> list[str]:
-    """Every metric name an objective may weigh (retrieval metrics also as ``name@k``)."""
-    from composer.judges.panel import JUDGE_METRICS
-
-    return [*RETRIEVAL_METRICS, *ANSWER_METRICS, *JUDGE_METRICS, "grounded"]
-
-
-def unknown_metric(name: str) -> bool:
-    """A name no study could ever score: a typo, which must not silently drop out of the objective."""
-    base, at, k = name.partition("@")
-    if at:
-        return base not in RETRIEVAL_METRICS or not k.isdigit() or int(k) < 1
-    return name not in known_metrics()
-
-
 def available_metrics(questions: Iterable[Question], ks: Iterable[int], judged: Iterable[str]) -> set[str]:
     """Every metric a study on ``questions`` can score: retrieval metrics at each cutoff, the answer metrics
     its labels allow (gold answers for F1 and exact match, unanswerable questions for refusal accuracy),

@@ -3,8 +3,8 @@
 Optuna keeps a trial's parameters, state and values; the rest (the pipeline config, its metrics, the
 index it used, why it failed or where it was pruned, what it repeats, its LLM spending) is one
 ``TrialRecord`` stored as the trial's ``composer`` user attribute, read back with ``TrialRecord.of``, as
-Optuna's ``FrozenTrial`` reads its own columns. ``TrialLog`` is what the MLflow writer receives when a
-trial ends.
+Optuna's ``FrozenTrial`` reads its own columns. ``TrialLog``, what the MLflow writer receives when a
+trial ends, lives with that writer (``composer.tracking.trial``) and is re-exported here.
 """
 
 from __future__ import annotations
@@ -12,14 +12,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
+
+from composer.tracking.trial import TrialLog as TrialLog
 
 if TYPE_CHECKING:
     import optuna
 
-    from composer.evaluation.report import EvaluationReport
-    from composer.pipeline.config import PipelineConfig
 
 FailureKind = Literal["error", "invalid", "surplus"]
 
@@ -129,33 +128,6 @@ class TrialRecord:
 
     def updated(self, **changes: Any) -> TrialRecord:
         return replace(self, **changes)
-
-
-@dataclass
-class TrialLog:
-    """What the MLflow writer records for one trial, whatever its end: a nested run with params, metrics,
-    tags, the report (so far, for a pruned trial) as artifacts, and traces."""
-
-    number: int
-    config: PipelineConfig | Mapping[str, Any] | None
-    started: datetime
-    state: str = "RUNNING"
-    metrics: Mapping[str, float] = field(default_factory=dict)
-    steps: list[float] = field(default_factory=list)
-    tags: dict[str, str] = field(default_factory=dict)
-    report: EvaluationReport | None = None
-    answerer: str = "extractive"
-    judge: str | None = None
-    error_rates: Mapping[str, Any] | None = None  # error_rates.json of a trial that failed before a report
-    generation: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    """Per traced question: how its answer was generated (model, template, tokens, cache, failure)."""
-
-    @property
-    def config_dict(self) -> dict[str, Any] | None:
-        if self.config is None:
-            return None
-        to_dict = getattr(self.config, "to_dict", None)
-        return dict(to_dict() if to_dict is not None else self.config)
 
 
 def failure_of(trial: optuna.trial.FrozenTrial) -> FailureKind | Literal["lost"] | None:

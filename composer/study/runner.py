@@ -39,6 +39,7 @@ from composer.evaluation.scoring import (
 from composer.judges import JudgeConfig
 from composer.llm import LLMConfig, Usage, track_usage
 from composer.pipeline.config import PipelineConfig
+from composer.protocols import SystemFactory
 from composer.redact import scrub_url
 from composer.study.experiment import ObjectiveConfig
 from composer.study.objective import Objective, available_metrics, needs_answers
@@ -63,8 +64,6 @@ Sink = Callable[[TrialLog], None]
 
 Configured = PipelineConfig | dict[str, Any]
 """What a trial's parameters make: a pipeline config, or the settings a user's factory is called with."""
-SystemFactory = Callable[[dict[str, Any]], Any]
-"""``factory(settings) -> system``: a user's RAG system for a trial's settings (see evaluation.system)."""
 
 
 def config_dict(config: Configured) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from composer.data.types import Corpus, QuestionSet
 from composer.errors import ConfigError, option
 from composer.llm.preflight import check_reachable
+from composer.protocols import SystemFactory
 from composer.redact import scrub_url
 from composer.study import _optimize, _report
 from composer.study._storage import load_study, open_study
@@ -30,7 +31,7 @@ from composer.study._workers import worker_id
 from composer.study.experiment import ExperimentConfig, SplitConfig, import_factory
 from composer.study.leaderboard import STUDY_ATTR, leaderboard, ranked_trials, report_console
 from composer.study.record import SCHEMA, TrialRecord
-from composer.study.runner import StudyData, SystemFactory, TrialRunner
+from composer.study.runner import StudyData, TrialRunner
 from composer.study.space import SearchSpace, language_warning, load_search_space
 
 if TYPE_CHECKING:
@@ -42,7 +43,26 @@ __all__ = ["StudyResult", "composer_version", "load_study", "run_study", "split_
 
 @dataclass
 class StudyResult:
-    """A finished (or continued) study: where it lives, its winner, the Optuna study itself, its report."""
+    """A finished (or continued) study: where it lives, its winner, the Optuna study itself, its report.
+
+    Attributes:
+        name: The study's name.
+        storage: Its Optuna storage URL.
+        tracking_uri: Its MLflow tracking URI.
+        parent_run_id: The MLflow run its trials are nested under.
+        summary: Trials by state, the winner, the held-out re-score and its verdict.
+        leaderboard: The trials as a table.
+        study: The Optuna study.
+        best_value: The winner's objective value (None: no trial completed).
+        best_params: The winner's sampled parameters.
+        best_config: The winner's pipeline config, or for a factory the settings it was called with.
+
+    Example:
+        ::
+
+            result = composer.optimize("experiments/arabic-demo.yaml", n_trials=5)
+            print(result.best_value, result.best_params, result.held_out)
+    """
 
     name: str
     storage: str
@@ -59,6 +79,8 @@ class StudyResult:
 
     @property
     def held_out(self) -> dict[str, Any] | None:
+        """The winner's re-score on the held-out split (its ``difference`` to the runner-up, with its CI),
+        or None without a split."""
         held = self.summary.get("held_out")
         return held if isinstance(held, dict) else None
 
@@ -291,7 +313,8 @@ def _check_same_data(study: optuna.Study, provenance: dict[str, Any]) -> None:
         if stored.get(key) != provenance[key]:
             raise ConfigError(
                 f"study '{study.study_name}' was run with another {key.replace('_', ' ')} "
-                f"({stored.get(key)} vs {provenance[key]}); use another study name ({option('study_name')})",
+                f"({stored.get(key)} vs {provenance[key]}); use another study name "
+                f"({option('study_name', 'NEW')})",
                 field=key,
             )
 

@@ -22,13 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 from composer.data.ranking import ChunkTable
 from composer.errors import InputError, option
-from composer.evaluation.artifacts import QUESTION_TABLE, Memo, report_files
+from composer.evaluation.artifacts import QUESTION_TABLE, Memo
+from composer.evaluation.report import report_files
 from composer.files import write_atomic
 from composer.locks import FileLock
 from composer.mlflow_store import prepare_mlflow_store
 from composer.redact import flatten, scrub, scrub_url
 from composer.store import sqlite_file
-from composer.study.record import TrialLog
+from composer.tracking.parent import ParentClaims
+from composer.tracking.trial import TrialLog
 from composer.yamlfile import dump_yaml
 
 if TYPE_CHECKING:
@@ -98,8 +100,6 @@ class RunWriter:
         import mlflow
         from mlflow import MlflowClient
         from mlflow.exceptions import MlflowException
-
-        from composer.study._storage import ParentClaims
 
         if (file := sqlite_file(tracking_uri)) is not None:
             file.parent.mkdir(parents=True, exist_ok=True)
@@ -241,7 +241,7 @@ class RunWriter:
             raise InputError(
                 f"MLflow holds trials of study '{self.study_name}' under run {parent_run_id}, but its "
                 "Optuna storage has none: if the storage was lost or replaced, restore it; to start the "
-                f"study again, give it a new {option('study_name')}",
+                f"study again, give it another name ({option('study_name', 'NEW')})",
                 field="storage",
             )
 

@@ -42,7 +42,7 @@ from composer.data.types import Hit
 from composer.evaluation.report import EvaluationReport, SampleTable, StageError
 from composer.files import atomic_output, not_regular
 from composer.locks import FileLock
-from composer.study.record import TrialLog
+from composer.tracking.trial import TrialLog
 
 TABLES = "tables"
 TABLE_COLUMNS = ("ids", "doc_ids", "texts")

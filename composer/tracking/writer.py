@@ -24,7 +24,6 @@ from composer.data.ranking import ChunkTable
 from composer.errors import ComposerError, InputError
 from composer.locks import FileLock
 from composer.redact import scrub
-from composer.study.record import TrialLog
 from composer.tracking.spool import (
     RECORD,
     TABLES,
@@ -37,6 +36,7 @@ from composer.tracking.spool import (
     refusal,
     set_aside,
 )
+from composer.tracking.trial import TrialLog
 
 if TYPE_CHECKING:
     import pandas as pd
