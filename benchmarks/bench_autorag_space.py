@@ -163,8 +163,8 @@ def report(work: Path, wall: float, peak_gb: float, peak_pss_gb: float, peak_one
     n = len(trials)
     print(
         f"\n{n} trials ({sum(t.state.name == 'COMPLETE' for t in trials)} complete), "
-        f"{len(runs)} MLflow trial runs; encode passes {encode['encode_passes']} "
-        f"({encode['embeddings_computed']} texts encoded), index builds {encode['index_builds']}"
+        f"{len(runs)} MLflow trial runs; encode passes {encode.encode_passes} "
+        f"({encode.embeddings_computed} texts encoded), index builds {encode.index_builds}"
     )
     print(
         f"best nDCG@10 {best[1].metrics['ndcg@10']:.3f} (recall@10 {best[1].metrics['recall@10']:.3f}): "

@@ -86,8 +86,8 @@ def report(work: Path, wall: float, peak_gb: float) -> None:
     states = [t.state.name for t in study.trials]
     print(
         f"\n{len(states)} trials: {states.count('COMPLETE')} complete, {states.count('PRUNED')} pruned, "
-        f"{encode['repeats_skipped']} repeats answered from earlier trials; {encode['unique_index_keys']} "
-        f"index keys, {encode['encode_passes']} encode passes ({encode['embeddings_computed']} texts)"
+        f"{encode.repeats_skipped} repeats answered from earlier trials; {encode.unique_index_keys} "
+        f"index keys, {encode.encode_passes} encode passes ({encode.embeddings_computed} texts)"
     )
     print(
         f"best: nDCG@10 {best.metrics['ndcg@10']:.3f}, recall@10 {best.metrics['recall@10']:.3f} "
@@ -103,12 +103,12 @@ def report(work: Path, wall: float, peak_gb: float) -> None:
         + " | ".join(f"{spent[s]:.1f}" for s in WORK)
         + f" | {trial_wall - work_s:.1f} | {trial_wall:.1f} | {trial_wall / work_s:.2f}x |"
     )
-    distinct = len(states) - encode["repeats_skipped"]
+    distinct = len(states) - encode.repeats_skipped
     per_config = wall / distinct
     autorag = AUTORAG["wall_s"] / AUTORAG["configurations"]
     print(
         f"\nper configuration: Composer {per_config:.2f} s (study wall / {distinct} distinct configurations, "
-        f"{encode['encode_passes']} encode passes) vs AutoRAG 0.3.27 {autorag:.2f} s (1,898 s / 485 on the "
+        f"{encode.encode_passes} encode passes) vs AutoRAG 0.3.27 {autorag:.2f} s (1,898 s / 485 on the "
         f"same data, 1 encode pass): {ratio(autorag, per_config)}"
     )
 

@@ -366,7 +366,8 @@ def optimize(
             ``stop``...).
 
     Returns:
-        The study's result: its best trial, settings and scores (``held_out()`` for the held-out ones).
+        The study's result: its best trial, settings and scores (``held_out``, a ``HeldOut``, for the
+        held-out ones).
 
     Raises:
         ConfigError: A bad experiment key or search space (naming the argument or key).

@@ -377,8 +377,10 @@ def test_optimize_a_factory_prunes_resumes_and_rescores_the_winner(
     assert result.best_params.keys() <= {"k", "retriever.k1", "method"}
     assert result.best_value == pytest.approx(result.study.best_value)
     held = result.held_out
-    assert held is not None and held["winner"]["trial"] == result.study.best_trial.number
-    assert held["n_questions"] == round(len(questions) * 0.3)
+    assert held is not None and held.winner is not None
+    assert held.winner.trial == result.study.best_trial.number
+    assert held.n_questions == round(len(questions) * 0.3)
+    assert held.to_dict() == result.study.user_attrs["held_out"]  # the stored JSON reads back the same
     # MLflow: one parent run for the study, one nested run per trial
     client = MlflowClient(result.tracking_uri)
     runs = client.search_runs([client.get_experiment_by_name("lib-study").experiment_id])

@@ -20,13 +20,13 @@ from scripted_llm import ScriptedRAG
 from typer.testing import CliRunner
 
 from composer.cli.app import app
-from composer.cli.optimize import held_out_verdict
 from composer.cli.report import DEFAULT_UI_URL, TOP, Link, _held_out_section, _table, ui_base
 from composer.cli.ui import ui_command
 from composer.data import load_questions
 from composer.files import write_atomic
 from composer.study.experiment import ExperimentConfig, load_experiment
 from composer.study.record import TrialRecord
+from composer.tracking.summary import HeldOut
 
 SPACE = "dimensions:\n  retrieval.mode: {choices: [bm25]}\n  retrieval.k: {type: int, low: 1, high: 20}\n"
 EXPERIMENT = """name: r3
@@ -124,7 +124,9 @@ def test_the_page_gives_the_held_out_verdict_of_the_winner(ran: Ran) -> None:
     assert f"#{held['winner']['trial']}" in verdict and f"#{held['runner_up']['trial']}" in verdict
     assert f"{held['winner']['held_out_composite']:.4f}" in verdict
     assert f"{d['mean']:+.4f}, 95% CI [{d['ci95'][0]:+.4f}, {d['ci95'][1]:+.4f}]" in verdict
-    assert f"Winner really better: <strong>{held_out_verdict(d)}</strong>" in verdict
+    typed = HeldOut.from_dict(held)
+    assert typed is not None and typed.difference is not None
+    assert f"Winner really better: <strong>{typed.difference.verdict}</strong>" in verdict
 
 
 def test_the_page_gives_the_bootstrap_intervals_of_the_best_trials(ran: Ran, tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import sys
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -33,6 +34,7 @@ from composer.tracking.spool import (
     Spool,
     read_record,
 )
+from composer.tracking.summary import HeldOut, IndexCounts, ObjectiveSummary, StudyLog, StudySummary
 from composer.tracking.writer import _write
 
 TABLE = ChunkTable(
@@ -126,10 +128,69 @@ def test_batched_hits_a_lost_list_and_a_study_record_round_trip(tmp_path: Path) 
         "token_f1": [None, None], "duplicate_of": [np.nan, 2.0], "config": ["mode=bm25", "mode=dense"],
     })
     plots = {"history": b"\x89PNG\0"}
-    study = ({"best_trial": 2, "notes": ("a", "b")}, {"best_value": 0.9}, board, None, plots)
+    study = StudyLog(study_summary(2, 0.9), board, plots)
     back = read_record(spool.put("study", study), spool.tables, {})
-    assert isinstance(back, tuple) and back[:2] == study[:2] and back[3:] == study[3:]
-    pd.testing.assert_frame_equal(back[2], board)
+    assert isinstance(back, StudyLog) and back.summary == study.summary and back.plots == plots
+    assert isinstance(back.summary.held_out, HeldOut) and back.summary.held_out.difference is not None
+    pd.testing.assert_frame_equal(back.leaderboard, board)
+
+
+HELD_OUT = {
+    "n_questions": 12,
+    "winner": {"trial": 2, "selection_composite": 0.9, "held_out_composite": 0.8},
+    "runner_up": {"trial": 0, "selection_composite": 0.85, "held_out_composite": 0.7},
+    "difference": {"mean": 0.1, "ci95": [0.02, 0.18], "n_paired": 12, "winner_really_better": True,
+                   "runner_up_really_better": False},
+}
+"""A study's ``held_out`` user attribute as earlier versions stored it."""
+
+
+def study_summary(
+    best: int | None, value: float | None = 0.5, held: dict[str, Any] | None = None, seconds: float = 1.5
+) -> StudySummary:
+    """A study's summary with ``best`` as its best trial, re-scored on held-out questions as ``held``."""
+    return StudySummary(
+        study="s", storage="sqlite:///optuna.db", n_trials=3, n_complete=2, n_pruned=1, n_failed=0,
+        best_trial=best, best_value=value, best_metrics=None if best is None else {"ndcg@10": 0.9},
+        best_config=None if best is None else {"retrieval": {"k": 3}},
+        objective=ObjectiveSummary(10, {"ndcg@10": 1.0}, {"ndcg@10": 1.0}, ["a note"], []),
+        encode=IndexCounts(2, 1, 1, 1, 1, 40, 1),
+        llm_usage=None, errors=[], held_out=HeldOut.from_dict(HELD_OUT if held is None else held),
+        data={"corpus_fingerprint": "abc"}, seconds=seconds,
+    )
+
+
+@pytest.mark.parametrize("held", [
+    HELD_OUT,
+    {"n_questions": 12, "error": "re-scoring trial #0 failed: RuntimeError: boom",
+     "winner": HELD_OUT["winner"]},
+    {"n_questions": 12, "error": "re-scoring trial #2 failed: RuntimeError: boom"},
+])
+def test_a_stored_held_out_re_score_reads_back_and_is_stored_the_same(held: dict[str, Any]) -> None:
+    """Studies store their held-out re-score as JSON in an Optuna user attribute: the typed value reads
+    those of earlier versions and writes the very same JSON, key order included."""
+    typed = HeldOut.from_dict(held)
+    assert typed is not None and typed.to_dict() == held
+    assert list(typed.to_dict()) == list(held)
+    assert HeldOut.from_dict(None) is None
+
+
+def test_the_summary_gives_the_parent_runs_json_and_its_headline_metrics() -> None:
+    """``study_summary.json`` and the parent run's metrics, as the dict the study built before."""
+    summary = study_summary(2, 0.9)
+    as_json = summary.to_dict()
+    assert list(as_json) == [
+        "study", "storage", "n_trials", "n_complete", "n_pruned", "n_failed", "best_trial", "best_value",
+        "best_metrics", "best_config", "objective", "encode", "llm_usage", "errors", "held_out", "data",
+        "seconds", "selection",
+    ]
+    assert as_json["held_out"] == HELD_OUT and as_json["encode"]["embeddings_computed"] == 40
+    assert summary.metrics() == {
+        "COMPLETE": 2.0, "PRUNED": 1.0, "FAIL": 0.0, "trials_indexed": 2.0, "unique_index_keys": 1.0,
+        "index_builds": 1.0, "encode_passes": 1.0, "index_reuses": 1.0, "embeddings_computed": 40.0,
+        "repeats_skipped": 1.0, "best_value": 0.9, "best_trial": 2.0, "held_out_difference": 0.1,
+        "seconds": 1.5,
+    }
 
 
 class Planted:

@@ -336,9 +336,9 @@ def test_several_objectives_use_nsga2_and_report_the_pareto_front(finished: Fini
     ran = [t for t in complete if (r := TrialRecord.of(t)) is not None and r.duplicate_of is None]
     assert len(ran) == 4 and all(len(t.values) == 2 for t in complete)
     assert all(not t.intermediate_values for t in complete)  # Optuna prunes single objectives only
-    front = result.summary["pareto_front"]
+    front = result.summary.pareto_front
     assert front and set(front) == {t.number for t in study.best_trials}
-    assert result.summary["best_trial"] in front  # the best composite is never dominated
+    assert front is not None and result.summary.best_trial in front  # the best composite is never dominated
     client = mlflow_client(finished)
     plots = {Path(a.path).name for a in client.list_artifacts(result.parent_run_id, "plots")}
     assert "pareto_front.png" in plots

@@ -69,7 +69,7 @@ def test_enqueued_trials_all_run_within_n_trials(experiment: Path) -> None:
     trials = optuna.load_study(study_name="run", storage=exp.storage_url).trials
     assert [t.state.name for t in trials] == ["COMPLETE"] * 4
     assert [t.params for t in trials] == queue
-    assert result.summary["n_complete"] == 4 and result.summary["llm_usage"] is None
+    assert result.summary.n_complete == 4 and result.summary.llm_usage is None
 
 
 def test_settings_no_trial_could_run_with_fail_before_the_study_starts(
@@ -219,7 +219,7 @@ def test_a_space_smaller_than_n_trials_ends_within_the_repeat_allowance(experime
     [(0.001, 0.02, "yes"), (-0.01, 0.02, "not significantly"), (-0.0116, -0.0002, "no, the runner-up is")],
 )
 def test_the_held_out_verdict_says_when_the_runner_up_wins(low: float, high: float, verdict: str) -> None:
-    from composer.cli.optimize import held_out_verdict
+    from composer.tracking.summary import Difference
 
-    difference = {"winner_really_better": low > 0, "runner_up_really_better": high < 0}
-    assert held_out_verdict(difference) == verdict
+    difference = Difference((low + high) / 2, (low, high), 10, low > 0, high < 0)
+    assert difference.verdict == verdict

@@ -13,11 +13,13 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from test_spool_records import study_summary
 from test_study_writer import runs_by_trial, settings, trial_log, writer_for
 
 from composer.data.ranking import ChunkTable
 from composer.tracking.runs import BEST_TAG, QUESTION_TABLE, STATE_TAG, RunWriter, read_question_table
 from composer.tracking.spool import RECORD, UNTRACED, Spool
+from composer.tracking.summary import StudyLog
 from composer.tracking.writer import TRACE_BACKLOG, StudyTracker, _write
 
 GOLD = {
@@ -49,10 +51,6 @@ def traces_of(tmp_path: Path, run: Any) -> list[Any]:
 
 def board(*rows: tuple[int, str, float | None]) -> pd.DataFrame:
     return pd.DataFrame([{"trial": n, "state": s, "composite": c} for n, s, c in rows])
-
-
-def summary(best: int | None, value: float | None = 0.5) -> dict[str, Any]:
-    return {"best_trial": best, "best_value": value, "n_complete": 2, "n_pruned": 1, "n_failed": 0}
 
 
 def test_each_trace_carries_its_metrics_as_feedback_and_its_gold_as_expectations(tmp_path: Path) -> None:
@@ -99,14 +97,14 @@ def test_the_winner_is_tagged_and_named_and_a_rerun_keeps_each_segments_summary(
     writer = writer_for(tmp_path)
     for number in (0, 1):
         writer.write_trial(trial_log(number))
-    writer.write_study(summary(0), {"seconds": 139.0}, board((0, "COMPLETE", 0.6)), None, {"history": b"png"})
+    writer.write_study(study_summary(0, seconds=139.0), board((0, "COMPLETE", 0.6)), {"history": b"png"})
     writer.close()
     import optuna
 
     study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
     study.optimize(lambda t: 0.0, n_trials=1)  # the study has trials: it resumes
     again = writer_for(tmp_path)  # its second segment
-    again.write_study(summary(1), {"seconds": 13.5}, board((1, "COMPLETE", 0.7)), None, {})
+    again.write_study(study_summary(1, seconds=13.5), board((1, "COMPLETE", 0.7)), {})
     again.close()
     runs = runs_by_trial(tmp_path)
     assert runs[1].info.run_name == "★ best #1" and runs[1].data.tags[BEST_TAG] == "true"
@@ -133,7 +131,7 @@ def test_the_winner_and_runner_up_get_their_traces_after_the_study(tmp_path: Pat
     path = spool.put("trial", trial_log(3))  # another worker's, finished after this one's leaderboard
     assert _write(writer, path, spool.tables, tables, TRACE_BACKLOG + 1) is None
     leaderboard = board((2, "COMPLETE", 0.9), (0, "COMPLETE", 0.8), (1, "COMPLETE", 0.1))
-    path = spool.put("study", (summary(2), {}, leaderboard, None, {}))
+    path = spool.put("study", StudyLog(study_summary(2), leaderboard, {}))
     assert _write(writer, path, spool.tables, tables, 0) is None
     runs = runs_by_trial(tmp_path)
     assert [len(traces_of(tmp_path, runs[n])) for n in (0, 1, 2)] == [2, 0, 2]

@@ -17,7 +17,7 @@ from composer.metrics.matching import MatchMode
 Split = Literal["all", "selection", "held_out"]
 
 if TYPE_CHECKING:
-    from composer.data.types import QuestionSet
+    from composer.data.types import Corpus, QuestionSet
     from composer.evaluation import EvaluationReport
     from composer.evaluation.scoring import Judging
     from composer.pipeline.config import PipelineConfig
@@ -101,87 +101,157 @@ def eval_command(
     """Score a retrieval run, or a pipeline end to end: hit_rate, recall, precision, MRR and nDCG at every k,
     answers with their deterministic scores and, with an LLM, judged answer_correctness, faithfulness...
     with 95% bootstrap CIs, tokens, cost and error rates."""
-    from composer.data import load_corpus, load_questions, read_run
-    from composer.evaluation import evaluate_pipeline, evaluate_run, render_report
+    from composer.data import load_corpus, read_run
+    from composer.evaluation import evaluate_run
 
+    _check_sources(run, config, corpus, llm)
+    wanted = [m.strip() for value in metrics for m in value.split(",") if m.strip()]
+    docs = load_corpus(corpus) if corpus is not None else None
+    question_set = _question_set(questions, docs, config, split, strict)
+    report: EvaluationReport
+    if run is not None:
+        given = read_run(run)
+        judging = _run_judging(run, bool(given.answers), judge, llm_base, llm_key_env, llm_timeout, wanted,
+                               workdir, strict)
+        report = evaluate_run(question_set, given.hits, ks=k, match=match, corpus=docs, order=order,
+                              answers=given.answers or None, judging=judging)
+    else:
+        assert config is not None and docs is not None
+        pipeline_config = _pipeline_config(config, llm, llm_base, llm_key_env)
+        settings = _run_llm(pipeline_config, judge, llm_timeout)
+        judging = _judging(pipeline_config, settings, judge, llm_base, llm_key_env, wanted, workdir, strict)
+        _check_llms(pipeline_config, settings, judging)
+        report = _run_pipeline(pipeline_config, settings, judging, docs, question_set, k, match, workdir,
+                               qdrant, progress=not as_json)
+    if out is not None:
+        report.save(out)
+    _refuse_all_failed(report)
+    if as_json:
+        sys.stdout.write(report.summary_json() + "\n")
+        return
+    _print_report(report, out, answers="from the run file" if run is not None else None)
+
+
+def _check_sources(run: Path | None, config: Path | None, corpus: Path | None, llm: str | None) -> None:
+    """What to score comes from exactly one place, before anything is read: a run file, or a pipeline
+    (which needs the corpus to index); a run has no pipeline for --llm to answer with."""
     if (run is None) == (config is None):
         raise InputError(
             "give exactly one of --run RUN (score a run) or --config PIPELINE.yaml (run a pipeline)"
         )
     if config is not None and corpus is None:
         raise InputError("--config needs the corpus to index: add --corpus CORPUS", field="corpus")
-    wanted = [m.strip() for value in metrics for m in value.split(",") if m.strip()]
     if run is not None and llm is not None:
         raise InputError("--llm: answers need a pipeline: give --config PIPELINE.yaml instead of --run (a "
                          "run's own answers, its 'answer' fields, are judged with --judge MODEL)")
-    docs = load_corpus(corpus) if corpus is not None else None
+
+
+def _question_set(
+    questions: Path, docs: Corpus | None, config: Path | None, split: Split, strict: bool
+) -> QuestionSet:
+    """The questions to score: all of them, or the study's selection or held-out share (``--split``),
+    which only an exported pipeline (``--config``) records."""
+    from composer.data import load_questions
+
     question_set = load_questions(questions, corpus=docs, strict=strict)
-    if split != "all":
-        if config is None:
-            raise InputError("--split takes the study's split from an exported best.yaml: give --config",
-                             field="split")
-        question_set = study_split(question_set, config, split)
-    report: EvaluationReport
-    if run is not None:
-        given = read_run(run)
-        if judge is None:
-            judge_flags = {"--llm-base": llm_base, "--llm-key-env": llm_key_env, "--llm-timeout": llm_timeout,
-                           "--metrics": wanted or None}
-            named = ", ".join(name for name, v in judge_flags.items() if v is not None)
-            if named:
-                raise InputError(f"{named}: set the judge of the run's answers with --judge MODEL")
-            report = evaluate_run(question_set, given.hits, ks=k, match=match, corpus=docs, order=order,
-                                  answers=given.answers or None)
-        else:
-            if not given.answers:
-                raise InputError("--judge grades answers, and the run has none: give each line an 'answer'",
-                                 path=run, field="answer")
-            from composer.pipeline.config import PipelineConfig
+    if split == "all":
+        return question_set
+    if config is None:
+        raise InputError("--split takes the study's split from an exported best.yaml: give --config",
+                         field="split")
+    return study_split(question_set, config, split)
 
-            settings = _run_llm(PipelineConfig(), judge, llm_timeout)
-            judging = _judging(PipelineConfig(), settings, judge, llm_base, llm_key_env, wanted, workdir,
-                               strict)
-            if judging is None:
-                raise InputError(f"--metrics {', '.join(wanted)}: none is judged by an LLM", field="metrics")
-            _check_llms(PipelineConfig(), settings, judging)
-            report = evaluate_run(question_set, given.hits, ks=k, match=match, corpus=docs, order=order,
-                                  answers=given.answers, judging=judging)
-    else:
-        from composer.cli.progress import pipeline_progress
-        from composer.pipeline.config import load_pipeline_config
-        from composer.pipeline.pipeline import Pipeline
 
-        assert config is not None and docs is not None
-        generation = {"model": llm, "api_base": llm_base, "api_key_env": llm_key_env}
-        overrides = {"generation": {key: v for key, v in generation.items() if v is not None}}
-        pipeline_config = load_pipeline_config(config, overrides)
-        settings = _run_llm(pipeline_config, judge, llm_timeout)
-        judging = _judging(pipeline_config, settings, judge, llm_base, llm_key_env, wanted, workdir, strict)
-        _check_llms(pipeline_config, settings, judging)
-        with pipeline_progress(enabled=not as_json) as hook:
-            pipeline = Pipeline.from_config(
-                pipeline_config, workdir=workdir, qdrant=qdrant, progress=hook, llm=settings
-            )
-            report = evaluate_pipeline(pipeline, docs, question_set, ks=k, match=match, judging=judging)
-    if out is not None:
-        report.save(out)
+def _run_judging(
+    run: Path,
+    has_answers: bool,
+    judge: str | None,
+    llm_base: str | None,
+    llm_key_env: str | None,
+    llm_timeout: float | None,
+    metrics: list[str],
+    workdir: Path,
+    strict: bool,
+) -> Judging | None:
+    """The judge of a run file's own answers with --judge, else None; a judge's flag without --judge, or
+    a judge with no answers or no LLM metric to grade, is an error rather than silently unused."""
+    if judge is None:
+        judge_flags = {"--llm-base": llm_base, "--llm-key-env": llm_key_env, "--llm-timeout": llm_timeout,
+                       "--metrics": metrics or None}
+        named = ", ".join(name for name, v in judge_flags.items() if v is not None)
+        if named:
+            raise InputError(f"{named}: set the judge of the run's answers with --judge MODEL")
+        return None
+    if not has_answers:
+        raise InputError("--judge grades answers, and the run has none: give each line an 'answer'",
+                         path=run, field="answer")
+    from composer.pipeline.config import PipelineConfig
+
+    no_pipeline = PipelineConfig()
+    settings = _run_llm(no_pipeline, judge, llm_timeout)
+    judging = _judging(no_pipeline, settings, judge, llm_base, llm_key_env, metrics, workdir, strict)
+    if judging is None:
+        raise InputError(f"--metrics {', '.join(metrics)}: none is judged by an LLM", field="metrics")
+    _check_llms(no_pipeline, settings, judging)
+    return judging
+
+
+def _pipeline_config(
+    config: Path, llm: str | None, llm_base: str | None, llm_key_env: str | None
+) -> PipelineConfig:
+    """The pipeline file with the command line's LLM flags over its ``generation:`` settings."""
+    from composer.pipeline.config import load_pipeline_config
+
+    generation = {"model": llm, "api_base": llm_base, "api_key_env": llm_key_env}
+    overrides = {"generation": {key: v for key, v in generation.items() if v is not None}}
+    return load_pipeline_config(config, overrides)
+
+
+def _run_pipeline(
+    config: PipelineConfig,
+    settings: Any,
+    judging: Judging | None,
+    docs: Corpus,
+    questions: QuestionSet,
+    ks: list[int],
+    match: MatchMode | None,
+    workdir: Path,
+    qdrant: str | None,
+    *,
+    progress: bool,
+) -> EvaluationReport:
+    """Index the corpus and score the pipeline on the questions, with a progress display unless the
+    output is JSON (stdout then holds nothing else)."""
+    from composer.cli.progress import pipeline_progress
+    from composer.evaluation import evaluate_pipeline
+    from composer.pipeline.pipeline import Pipeline
+
+    with pipeline_progress(enabled=progress) as hook:
+        pipeline = Pipeline.from_config(config, workdir=workdir, qdrant=qdrant, progress=hook, llm=settings)
+        return evaluate_pipeline(pipeline, docs, questions, ks=ks, match=match, judging=judging)
+
+
+def _refuse_all_failed(report: EvaluationReport) -> None:
+    """A report with no sample scored is no score: an error naming the first failure (a dead server, a
+    bad key), not a table of zeros."""
     failed = report.table.errors
     if failed and len(failed) == len(report):
         first = next(iter(failed.values()))
         raise ComposerError(f"every one of the {len(report)} samples failed; the first: {first.stage}: "
                             f"{first.kind}: {first.message}")
-    if as_json:
-        sys.stdout.write(report.summary_json() + "\n")
-        return
 
+
+def _print_report(report: EvaluationReport, out: Path | None, answers: str | None) -> None:
+    """The report as tables, then the failed samples, the LLM usage line (``answers``: where answers no
+    LLM generated came from) and where the files went."""
     from composer.console import make_console
+    from composer.evaluation import render_report
 
     console = make_console()
     console.print(render_report(report))
     for line in failed_sample_lines(report):
         console.print(line, markup=False, highlight=False)
     if "llm" in report.meta:
-        answers = "from the run file" if run is not None else None  # --run: never generated (--llm refused)
         console.print(_llm_line(report.meta["llm"], answers), markup=False, highlight=False)
     if out is not None:
         console.print(f"report written to {out}", markup=False, highlight=False)

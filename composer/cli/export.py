@@ -43,16 +43,20 @@ def export_command(
             console.print(f"warning: {warning}", style="yellow", markup=False, highlight=False)
 
 
-def runner_up_warning(held: Any, winner: int) -> str | None:
-    """What to say when the held-out re-score found the runner-up really better than the exported winner
-    (the winner was chosen on the selection set; the held-out questions are the fairer judge)."""
-    if not isinstance(held, dict):
+def runner_up_warning(stored: Any, winner: int) -> str | None:
+    """What to say when the held-out re-score (``stored``: the study's ``held_out`` user attribute) found
+    the runner-up really better than the exported winner (the winner was chosen on the selection set; the
+    held-out questions are the fairer judge)."""
+    from composer.tracking.summary import HeldOut
+
+    held = HeldOut.from_dict(stored)
+    if held is None or held.difference is None or held.winner is None or held.runner_up is None:
         return None
-    d = held.get("difference") or {}
-    if not d.get("runner_up_really_better") or held.get("winner", {}).get("trial") != winner:
+    d = held.difference
+    if not d.runner_up_really_better or held.winner.trial != winner:
         return None
-    runner_up = held["runner_up"]["trial"]
-    low, high = d["ci95"]
-    return (f"on the {held['n_questions']} held-out questions the runner-up #{runner_up} is really better "
-            f"than the winner #{winner} (difference {d['mean']:+.4f}, 95% CI [{low:+.4f}, {high:+.4f}]); "
+    runner_up = held.runner_up.trial
+    low, high = d.ci95
+    return (f"on the {held.n_questions} held-out questions the runner-up #{runner_up} is really better "
+            f"than the winner #{winner} (difference {d.mean:+.4f}, 95% CI [{low:+.4f}, {high:+.4f}]); "
             f"to export it instead: --trial {runner_up}")

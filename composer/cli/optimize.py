@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from composer.cli.options import checked_study_name, flag
 from composer.errors import ComposerError
+
+if TYPE_CHECKING:
+    from composer.tracking.summary import HeldOut
 
 
 def optimize_command(
@@ -51,46 +53,32 @@ def optimize_command(
     causes = failure_causes(load_study(result.name, exp.storage_url).get_trials(deepcopy=False))
     for line in failure_lines(causes):
         err.print(line, markup=False, highlight=False)
-    if result.summary["n_complete"] == 0 and causes:
+    summary = result.summary
+    if summary.n_complete == 0 and causes:
         raise ComposerError(f"no trial of study {result.name} completed; the most frequent failure: "
                             f"{causes[0][0]}")
     out = report_console()
     out.print(render_leaderboard(result.leaderboard, title=f"study {result.name}", limit=10))
-    summary = result.summary
-    if summary["best_trial"] is not None:
-        out.print(f"best: trial #{summary['best_trial']}, composite {summary['best_value']:.4f}",
-                  highlight=False)
-    enc = summary["encode"]
-    out.print(f"indexes: {enc['unique_index_keys']} unique keys, {enc['index_builds']} built "
-              f"({enc['encode_passes']} encode passes), {enc['index_reuses']} reused; "
-              f"{enc['repeats_skipped']} repeated configs answered from earlier trials", highlight=False)
-    llm = summary.get("llm_usage")
+    if summary.best_trial is not None and summary.best_value is not None:
+        out.print(f"best: trial #{summary.best_trial}, composite {summary.best_value:.4f}", highlight=False)
+    enc = summary.encode
+    out.print(f"indexes: {enc.unique_index_keys} unique keys, {enc.index_builds} built "
+              f"({enc.encode_passes} encode passes), {enc.index_reuses} reused; "
+              f"{enc.repeats_skipped} repeated configs answered from earlier trials", highlight=False)
+    llm = summary.llm_usage
     if llm:
         out.print(f"LLM: {llm['llm_calls']:.0f} calls ({llm['llm_cached_calls']:.0f} cached), "
                   f"{llm['llm_total_tokens']:.0f} tokens, ${llm['llm_cost_usd']:.4f} over all trials",
                   highlight=False)
-    selection = summary.get("selection")
-    if selection and not selection["separated"]:
-        low, high = selection["ci95"]
+    selection = summary.selection
+    if selection is not None and not selection.separated:
+        low, high = selection.ci95
         err.print(f"warning: selection set too small to separate the top trials: on its "
-                  f"{selection['n_questions']} questions winner #{selection['winner']} minus runner-up "
-                  f"#{selection['runner_up']} is {selection['difference']:+.4f}, 95% CI [{low:+.4f}, "
+                  f"{selection.n_questions} questions winner #{selection.winner} minus runner-up "
+                  f"#{selection.runner_up} is {selection.difference:+.4f}, 95% CI [{low:+.4f}, "
                   f"{high:+.4f}] spans 0; add questions before trusting the ranking", highlight=False)
-    held = summary.get("held_out")
-    if held and "difference" in held:
-        d = held["difference"]
-        verdict = held_out_verdict(d)
-        out.print(f"held-out ({held['n_questions']} questions): winner #{held['winner']['trial']} "
-                  f"{held['winner']['held_out_composite']:.4f} vs runner-up #{held['runner_up']['trial']} "
-                  f"{held['runner_up']['held_out_composite']:.4f}; difference {d['mean']:+.4f} "
-                  f"95% CI [{d['ci95'][0]:+.4f}, {d['ci95'][1]:+.4f}] – really better: {verdict}",
-                  highlight=False)
-    elif held and "winner" in held:
-        out.print(f"held-out ({held['n_questions']} questions): winner #{held['winner']['trial']} "
-                  f"{held['winner']['held_out_composite']:.4f}", highlight=False)
-    if held and "error" in held:
-        out.print(f"held-out ({held['n_questions']} questions): {held['error']}", markup=False,
-                  highlight=False)
+    for line in held_out_lines(summary.held_out):
+        out.print(line, markup=False, highlight=False)
     found = f"--experiment {experiment}" if workdir is None else f"--storage {scrub_url(exp.storage_url)}"
     out.print(f"MLflow: {scrub_url(result.tracking_uri)} (composer ui --experiment {experiment}) · "
               f"export: composer export {result.name} {found} --out {_shown(exp.work_dir / 'best.yaml')}",
@@ -117,11 +105,22 @@ def failure_lines(causes: list[tuple[str, list[int]]], limit: int = 8) -> list[s
     return lines
 
 
-def held_out_verdict(difference: Mapping[str, Any]) -> str:
-    """The held-out report's answer to "is the winner really better than the runner-up?" in words: the
-    runner-up being significantly better is said so, which "not significantly" would hide."""
-    if difference["winner_really_better"]:
-        return "yes"
-    if difference["runner_up_really_better"]:
-        return "no, the runner-up is"
-    return "not significantly"
+def held_out_lines(held: HeldOut | None) -> list[str]:
+    """The held-out re-score as ``composer optimize`` prints it: the winner against the runner-up and the
+    verdict on their difference (or the winner alone), and why a re-score failed."""
+    if held is None:
+        return []
+    lines = []
+    winner, runner_up, d = held.winner, held.runner_up, held.difference
+    if winner is not None and runner_up is not None and d is not None:
+        low, high = d.ci95
+        lines.append(f"held-out ({held.n_questions} questions): winner #{winner.trial} "
+                     f"{winner.held_out_composite:.4f} vs runner-up #{runner_up.trial} "
+                     f"{runner_up.held_out_composite:.4f}; difference {d.mean:+.4f} "
+                     f"95% CI [{low:+.4f}, {high:+.4f}] – really better: {d.verdict}")
+    elif winner is not None:
+        lines.append(f"held-out ({held.n_questions} questions): winner #{winner.trial} "
+                     f"{winner.held_out_composite:.4f}")
+    if held.error is not None:
+        lines.append(f"held-out ({held.n_questions} questions): {held.error}")
+    return lines

@@ -203,29 +203,30 @@ def _costs(trials: list[optuna.trial.FrozenTrial]) -> dict[int, float]:
             if (r := TrialRecord.of(t)) is not None and "llm_cost_usd" in r.llm_usage}
 
 
-def _held_out_section(held: Any) -> str:
+def _held_out_section(stored: Any) -> str:
     """The held-out re-score of the winner and the runner-up and the verdict on their difference, as
-    ``composer optimize`` prints it; what is missing is said, not left blank."""
-    from composer.cli.optimize import held_out_verdict
+    ``composer optimize`` prints it; what is missing is said, not left blank. ``stored``: the study's
+    ``held_out`` user attribute."""
+    from composer.tracking.summary import HeldOut
 
-    if not isinstance(held, dict):
+    held = HeldOut.from_dict(stored)
+    if held is None:
         return ("<p>No held-out re-score: the experiment has no <code>split:</code>, so the winner was only "
                 "scored on the questions that chose it.</p>")
-    parts = [f"<p>{int(held.get('n_questions', 0))} held-out questions.</p>"]
-    roles = {"winner": "winner", "runner_up": "runner-up"}
-    rows = [[role, f"#{held[key]['trial']}", held[key].get("selection_composite"),
-             held[key].get("held_out_composite")]
-            for key, role in roles.items() if isinstance(held.get(key), dict)]
+    parts = [f"<p>{held.n_questions} held-out questions.</p>"]
+    roles = {"winner": held.winner, "runner-up": held.runner_up}
+    rows = [[role, f"#{c.trial}", c.selection_composite, c.held_out_composite]
+            for role, c in roles.items() if c is not None]
     if rows:
         parts.append(_table(["", "trial", "selection composite", "held-out composite"], rows))
-    d = held.get("difference")
-    if isinstance(d, dict):
-        low, high = d["ci95"]
-        parts.append(f"<p>Winner minus runner-up: {d['mean']:+.4f}, 95% CI [{low:+.4f}, {high:+.4f}] over "
-                     f"{int(d.get('n_paired', 0))} paired questions. Winner really better: "
-                     f"<strong>{html.escape(held_out_verdict(d))}</strong>.</p>")
-    if held.get("error"):
-        parts.append(f"<p>{html.escape(str(held['error']))}</p>")
+    d = held.difference
+    if d is not None:
+        low, high = d.ci95
+        parts.append(f"<p>Winner minus runner-up: {d.mean:+.4f}, 95% CI [{low:+.4f}, {high:+.4f}] over "
+                     f"{d.n_paired} paired questions. Winner really better: "
+                     f"<strong>{html.escape(d.verdict)}</strong>.</p>")
+    if held.error:
+        parts.append(f"<p>{html.escape(held.error)}</p>")
     return "\n".join(parts)
 
 

@@ -16,6 +16,9 @@ from composer.errors import InputError
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from composer.synth import SynthConfig
+    from composer.synth.engine import SynthOutcome
+
 REVIEW_ROWS = 12
 
 
@@ -75,34 +78,16 @@ def synth_command(
     """Generate factoid, conceptual, multi-hop and unanswerable questions in each passage's language
     (Arabic, Persian, English), keep those that pass the filters, and write them with their gold documents,
     answers and context spans. Replies are cached: a rerun with the same seed sends no request."""
-    from pydantic import ValidationError
-
     from composer.data import load_corpus
-    from composer.errors import config_error
-    from composer.llm import LLMClient, LLMConfig
-    from composer.synth import SynthConfig, parse_mix, require_questions, synthesize
-    from composer.synth.output import write_questions, write_report
+    from composer.llm import LLMClient
+    from composer.synth import require_questions, synthesize
 
-    weights: dict[str, float] | None = None
-    if mix is not None:
-        try:
-            weights = parse_mix(mix)
-        except ValueError as exc:
-            raise InputError(str(exc), field="mix") from None
-    try:
-        llm_config = LLMConfig(
-            model=llm,
-            api_base=llm_base,
-            api_key_env=api_key_env,
-            timeout=timeout,
-            max_concurrency=concurrency,
-            max_retries=retries,
-        )
-        fields: dict[str, Any] = {"n": n, "llm": llm_config, "lang": lang, "seed": seed,
-                                  "min_passage_chars": min_chars, "max_passage_chars": max_chars}
-        config = SynthConfig.model_validate({**fields, **({"mix": weights} if weights else {})})
-    except ValidationError as exc:
-        raise config_error(exc, "command line") from None
+    weights = _mix_weights(mix)
+    llm_fields = {"model": llm, "api_base": llm_base, "api_key_env": api_key_env, "timeout": timeout,
+                  "max_concurrency": concurrency, "max_retries": retries}
+    fields: dict[str, Any] = {"n": n, "lang": lang, "seed": seed, "min_passage_chars": min_chars,
+                              "max_passage_chars": max_chars}
+    config = _synth_config({**fields, **({"mix": weights} if weights else {})}, llm_fields)
     docs = load_corpus(corpus)
     from composer.llm.preflight import check_reachable
 
@@ -110,15 +95,9 @@ def synth_command(
     outcome = synthesize(docs, config, LLMClient(config.llm, cache_dir=workdir / "cache" / "llm"))
     require_questions(outcome)
     report_file = report_path or out.with_suffix(".report.json")
-    write_questions(outcome.rows, out)
-    report = {**outcome.report, "out": str(out)}
-    write_report(report, report_file)
+    report = _write_files(outcome, out, report_file)
     if mlflow_experiment is not None:
-        from composer.study.experiment import default_tracking_uri
-        from composer.tracking.synth import log_report_to_mlflow
-
-        uri = tracking_uri or default_tracking_uri(workdir)
-        report["mlflow_run_id"] = log_report_to_mlflow(report, uri, mlflow_experiment, questions=out)
+        report["mlflow_run_id"] = _log_to_mlflow(report, out, mlflow_experiment, tracking_uri, workdir)
     if as_json:
         sys.stdout.write(json.dumps(report, ensure_ascii=False) + "\n")
         return
@@ -130,6 +109,54 @@ def synth_command(
         console.print(review_table(outcome.rows, docs_seed=seed))
     for line in summary_lines(report, out, report_file):
         console.print(line, highlight=False)
+
+
+def _mix_weights(mix: str | None) -> dict[str, float] | None:
+    """``--mix``'s kinds and weights; a malformed one is an input error naming the option."""
+    from composer.synth import parse_mix
+
+    if mix is None:
+        return None
+    try:
+        return parse_mix(mix)
+    except ValueError as exc:
+        raise InputError(str(exc), field="mix") from None
+
+
+def _synth_config(fields: dict[str, Any], llm_fields: dict[str, Any]) -> SynthConfig:
+    """The run's settings from the command line, checked as a config file's would be: a bad value is a
+    config error naming the command line, not a traceback."""
+    from pydantic import ValidationError
+
+    from composer.errors import config_error
+    from composer.llm import LLMConfig
+    from composer.synth import SynthConfig
+
+    try:
+        return SynthConfig.model_validate({**fields, "llm": LLMConfig(**llm_fields)})
+    except ValidationError as exc:
+        raise config_error(exc, "command line") from None
+
+
+def _write_files(outcome: SynthOutcome, out: Path, report_file: Path) -> dict[str, Any]:
+    """Write the question set and its report (which names the set); the report written."""
+    from composer.synth.output import write_questions, write_report
+
+    write_questions(outcome.rows, out)
+    report = {**outcome.report, "out": str(out)}
+    write_report(report, report_file)
+    return report
+
+
+def _log_to_mlflow(
+    report: dict[str, Any], out: Path, experiment: str, tracking_uri: str | None, workdir: Path
+) -> str:
+    """Log the report as a run of ``experiment`` (default store: the workdir's); the run's id."""
+    from composer.study.experiment import default_tracking_uri
+    from composer.tracking.synth import log_report_to_mlflow
+
+    uri = tracking_uri or default_tracking_uri(workdir)
+    return log_report_to_mlflow(report, uri, experiment, questions=out)
 
 
 def review_table(rows: list[dict[str, Any]], *, docs_seed: int) -> Table:

@@ -213,91 +213,140 @@ def score_pipeline(
         "questions_fingerprint": questions.fingerprint(),
         "corpus": corpus.source,
     }
-    progress = _Progress(on_stage, total)
-    tables: list[SampleTable] = []
-    answered: dict[str, Answer] = {}
-    seconds: dict[str, float] = {}
-    steps = 0
     with track_usage() as usage:
+        progress = _Progress(on_stage, total)
+        run = _Batches(pipeline, judging, corpus, ks, mode, universe, budget, usage, progress)
         for lo in range(0, total, unit):
-            batch = items[lo : lo + unit]
-            searched = pipeline.searched
-            with _timed(seconds, "rank"):
-                ranking, latency = pipeline.rank(batch)
-            seconds["search"] = seconds.get("search", 0.0) + pipeline.searched - searched
-            progress.add("retrieved", len(batch))
-            failed_retrieval = dict(pipeline.failed)
-            budget.spend(len(failed_retrieval), usage)
-            batch_answers: dict[str, Answer] | None = None
-            judged: dict[str, SampleResult] = {}
-            answer_s = judge_s = 0.0
-            if answering:
-                t0 = time.perf_counter()
-                batch_answers = pipeline.answer(
-                    batch,
-                    ranking,
-                    max_failures=budget.remaining,
-                    on_answer=lambda n: progress.add("answered", n),
-                )
-                answer_s = (time.perf_counter() - t0) / len(batch)
-                seconds["answer"] = seconds.get("answer", 0.0) + answer_s * len(batch)
-                budget.spend(
-                    sum(a.failed for a in batch_answers.values()) + len(batch) - len(batch_answers), usage
-                )
-                answered.update(batch_answers)
-                if judging is not None:
-                    t1 = time.perf_counter()
-                    judged = judge_answers(
-                        batch,
-                        batch_answers,
-                        judging.judges,
-                        max_failures=budget.remaining,
-                        on_judged=lambda n: progress.add("judged", n),
-                    )
-                    judge_s = (time.perf_counter() - t1) / len(batch)
-                    seconds["judge"] = seconds.get("judge", 0.0) + judge_s * len(batch)
-                    budget.spend(sum(s.failed for s in judged.values()), usage)
-            with _timed(seconds, "metrics"):
-                given = batch_answers or {}
-                table = score_ranking(
-                    batch,
-                    ranking,
-                    ks=ks,
-                    mode=mode,
-                    corpus=corpus,
-                    universe=universe,
-                    answers=None if batch_answers is None else {q: a.text for q, a in given.items()},
-                    contexts=None if batch_answers is None else {q: a.contexts for q, a in given.items()},
-                )
-                table.latency.update(latency)
-                for row, q in enumerate(batch):
-                    if q.id in failed_retrieval:
-                        table.errors[row] = failed_retrieval[q.id]
-                if batch_answers is not None:
-                    _merge_answers(table, batch, batch_answers, answer_s, judged, judging, judge_s)
-                tables.append(table)
-            done = lo + len(batch)
-            while on_batch is not None and steps * batch_size < done:
-                end = min((steps + 1) * batch_size, total)
-                if end > done:
-                    break
-                with _timed(seconds, "steps"):
-                    on_batch(steps, EvaluationReport(concat_tables(tables).head(end), ks, mode, info))
-                steps += 1
+            run.score(items[lo : lo + unit], answering)
+            if on_batch is not None:
+                run.report_steps(on_batch, batch_size, total, info)
     ks_all = tuple(sorted(set(ks)))
-    report = EvaluationReport(concat_tables(tables) if tables else SampleTable((), ()), ks_all, mode, info)
-    gen_model = pipeline.generator_model
+    table = concat_tables(run.tables) if run.tables else SampleTable((), ())
+    report = EvaluationReport(table, ks_all, mode, info)
     judge_model = judging.model if judging is not None else None
     if usage.calls:
-        report = report.with_meta({LLM_META: _llm_section(report, usage, budget, gen_model, judge_model)})
+        section = _llm_section(report, usage, budget, pipeline.generator_model, judge_model)
+        report = report.with_meta({LLM_META: section})
     return Scored(
         report,
         pipeline.answerer,
-        answers=answered,
+        answers=run.answers,
         usage=usage,
         judge=judge_model,
-        seconds=seconds,
+        seconds=run.seconds,
     )
+
+
+@dataclass
+class _Batches:
+    """One scoring run's batches: what they share (the pipeline, the judges, the failure budget they
+    spend, the LLM usage they count) and what they add up (tables, answers, seconds per part, pruning
+    steps reported), so that each part of a batch is a step of its own."""
+
+    pipeline: RankingPipeline
+    judging: Judging | None
+    corpus: Corpus
+    ks: Sequence[int]
+    mode: MatchMode
+    universe: Universe | None
+    budget: FailureBudget
+    usage: Usage
+    progress: _Progress
+    tables: list[SampleTable] = field(default_factory=list)
+    answers: dict[str, Answer] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    scored: int = 0
+    """Questions scored so far (the batches' tables hold them in order)."""
+    steps: int = 0
+    """Pruning steps reported so far."""
+
+    def score(self, batch: Sequence[Question], answering: bool) -> None:
+        """Rank, answer (when ``answering``) and judge one batch, and add its table of scores."""
+        ranking, latency, failed = self._rank(batch)
+        answers: dict[str, Answer] | None = None
+        judged: dict[str, SampleResult] = {}
+        answer_s = judge_s = 0.0
+        if answering:
+            answers, answer_s = self._answer(batch, ranking)
+            if self.judging is not None:
+                judged, judge_s = self._judge(batch, answers, self.judging)
+        with _timed(self.seconds, "metrics"):
+            given = answers or {}
+            table = score_ranking(
+                batch,
+                ranking,
+                ks=self.ks,
+                mode=self.mode,
+                corpus=self.corpus,
+                universe=self.universe,
+                answers=None if answers is None else {q: a.text for q, a in given.items()},
+                contexts=None if answers is None else {q: a.contexts for q, a in given.items()},
+            )
+            table.latency.update(latency)
+            for row, q in enumerate(batch):
+                if q.id in failed:
+                    table.errors[row] = failed[q.id]
+            if answers is not None:
+                _merge_answers(table, batch, answers, answer_s, judged, self.judging, judge_s)
+            self.tables.append(table)
+        self.scored += len(batch)
+
+    def _rank(
+        self, batch: Sequence[Question]
+    ) -> tuple[Ranking, dict[str, np.ndarray], dict[str, StageError]]:
+        """Rank a batch (its index searches timed apart) and charge its failed retrievals to the budget."""
+        searched = self.pipeline.searched
+        with _timed(self.seconds, "rank"):
+            ranking, latency = self.pipeline.rank(batch)
+        self.seconds["search"] = self.seconds.get("search", 0.0) + self.pipeline.searched - searched
+        self.progress.add("retrieved", len(batch))
+        failed = dict(self.pipeline.failed)
+        self.budget.spend(len(failed), self.usage)
+        return ranking, latency, failed
+
+    def _answer(self, batch: Sequence[Question], ranking: Ranking) -> tuple[dict[str, Answer], float]:
+        """Answer a batch within what is left of the failure budget; its answers and seconds per question."""
+        t0 = time.perf_counter()
+        answers = self.pipeline.answer(
+            batch,
+            ranking,
+            max_failures=self.budget.remaining,
+            on_answer=lambda n: self.progress.add("answered", n),
+        )
+        answer_s = (time.perf_counter() - t0) / len(batch)
+        self.seconds["answer"] = self.seconds.get("answer", 0.0) + answer_s * len(batch)
+        self.budget.spend(sum(a.failed for a in answers.values()) + len(batch) - len(answers), self.usage)
+        self.answers.update(answers)
+        return answers, answer_s
+
+    def _judge(
+        self, batch: Sequence[Question], answers: dict[str, Answer], judging: Judging
+    ) -> tuple[dict[str, SampleResult], float]:
+        """Judge a batch's answers within what is left of the failure budget; verdicts, seconds a question."""
+        t1 = time.perf_counter()
+        judged = judge_answers(
+            batch,
+            answers,
+            judging.judges,
+            max_failures=self.budget.remaining,
+            on_judged=lambda n: self.progress.add("judged", n),
+        )
+        judge_s = (time.perf_counter() - t1) / len(batch)
+        self.seconds["judge"] = self.seconds.get("judge", 0.0) + judge_s * len(batch)
+        self.budget.spend(sum(s.failed for s in judged.values()), self.usage)
+        return judged, judge_s
+
+    def report_steps(self, on_batch: BatchHook, batch_size: int, total: int, info: dict[str, Any]) -> None:
+        """Report the report so far at every ``batch_size`` questions now scored: a batch of the whole set
+        (no LLM) makes several pruning steps at once, each over its first questions."""
+        while self.steps * batch_size < self.scored:
+            end = min((self.steps + 1) * batch_size, total)
+            if end > self.scored:
+                break
+            with _timed(self.seconds, "steps"):
+                so_far = concat_tables(self.tables).head(end)
+                on_batch(self.steps, EvaluationReport(so_far, self.ks, self.mode, info))
+            self.steps += 1
 
 
 @contextmanager

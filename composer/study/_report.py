@@ -10,6 +10,15 @@ from typing import TYPE_CHECKING, Any
 from composer.redact import scrub_url
 from composer.study.leaderboard import ranked_trials
 from composer.study.record import TrialRecord
+from composer.tracking.summary import (
+    Contender,
+    Difference,
+    HeldOut,
+    IndexCounts,
+    ObjectiveSummary,
+    Separation,
+    StudySummary,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -25,11 +34,11 @@ logger = logging.getLogger(__name__)
 
 def held_out(
     study: optuna.Study, questions: QuestionSet, data: StudyData, console: Console
-) -> dict[str, Any] | None:
+) -> HeldOut | None:
     """Re-score the winner and the runner-up on the held-out questions; CI of their paired difference.
 
     The trials are done by then: a re-score that fails (over the LLM failure budget, say) is reported as
-    ``"error"`` (with the winner's result if only the runner-up failed) instead of failing the study.
+    ``error`` (with the winner's result if only the runner-up failed) instead of failing the study.
     """
 
     ranked = ranked_trials(study)
@@ -38,7 +47,7 @@ def held_out(
     contenders = ranked[:2]
     names = ", ".join(f"#{t.number}" for t in contenders)
     console.print(f"re-scoring {names} on {len(questions)} held-out questions", highlight=False)
-    out: dict[str, Any] = {"n_questions": len(questions)}
+    error = None
     scores = []
     records = []
     for t in contenders:
@@ -48,36 +57,33 @@ def held_out(
             pipeline = data.rebuild(t.params, record.config_hash)
             scored = data.score(pipeline, questions, batch_size=len(questions))
         except Exception as exc:
-            out["error"] = f"re-scoring trial #{t.number} failed: {type(exc).__name__}: {exc}"[:4000]
-            console.print(f"held-out {out['error']}", style="red", markup=False, highlight=False)
+            error = f"re-scoring trial #{t.number} failed: {type(exc).__name__}: {exc}"[:4000]
+            console.print(f"held-out {error}", style="red", markup=False, highlight=False)
             break
         scores.append(scored)
         records.append(record)
-    if not scores:
-        return out
     objective = data.objective
-    for role, t, record, scored in zip(("winner", "runner_up"), contenders, records, scores, strict=False):
-        out[role] = {
-            "trial": t.number,
-            "selection_composite": record.composite,
-            "held_out_composite": objective.composite(scored.report.means()),
-        }
+    rescored = [
+        Contender(t.number, record.composite, objective.composite(scored.report.means()))
+        for t, record, scored in zip(contenders, records, scores, strict=False)
+    ]
+    difference = None
     if len(scores) == 2:
         # The difference of the two held-out composites above, and a CI of that same statistic.
         diff, (low, high) = objective.difference(
             scores[0].report.table.metrics, scores[1].report.table.metrics
         )
-        out["difference"] = {
-            "mean": diff,
-            "ci95": [low, high],
-            "n_paired": len(scores[0].report),
-            "winner_really_better": low > 0,
-            "runner_up_really_better": high < 0,
-        }
-    return out
+        difference = Difference(diff, (low, high), len(scores[0].report), low > 0, high < 0)
+    return HeldOut(
+        len(questions),
+        winner=rescored[0] if rescored else None,
+        runner_up=rescored[1] if len(rescored) == 2 else None,
+        difference=difference,
+        error=error,
+    )
 
 
-def selection_separation(study: optuna.Study, data: StudyData) -> dict[str, Any] | None:
+def selection_separation(study: optuna.Study, data: StudyData) -> Separation | None:
     """Whether the selection questions separate the winner from the runner-up: the CI of the paired
     difference of their composites, re-scored on the selection set (from the caches) as ``held_out`` does
     on the held-out one. A CI that spans 0 means the set is too small to tell the top trials apart."""
@@ -88,28 +94,28 @@ def selection_separation(study: optuna.Study, data: StudyData) -> dict[str, Any]
     if len(ranked_trials(study)) < 2:
         return None
     rescored = held_out(study, data.questions, data, Console(file=io.StringIO()))
-    if rescored is None or "difference" not in rescored:
+    if rescored is None or rescored.difference is None:
         return None
-    d = rescored["difference"]
-    return {"n_questions": len(data.questions), "winner": rescored["winner"]["trial"],
-            "runner_up": rescored["runner_up"]["trial"], "difference": d["mean"], "ci95": d["ci95"],
-            "separated": d["winner_really_better"] or d["runner_up_really_better"]}
+    d = rescored.difference
+    assert rescored.winner is not None and rescored.runner_up is not None  # a difference needs both
+    return Separation(len(data.questions), rescored.winner.trial, rescored.runner_up.trial, d.mean, d.ci95,
+                      d.winner_really_better or d.runner_up_really_better)
 
 
-def encode_summary(trials: list[optuna.trial.FrozenTrial]) -> dict[str, int]:
+def encode_summary(trials: list[optuna.trial.FrozenTrial]) -> IndexCounts:
     """How much indexing the study paid for: index builds, encode passes, reuses, repeats skipped."""
     records = [r for t in trials if (r := TrialRecord.of(t)) is not None]
     ran = [r for r in records if r.index is not None and r.duplicate_of is None]
     builds = [r for r in ran if r.index is not None and not r.index.reused]
-    return {
-        "trials_indexed": len(ran),
-        "unique_index_keys": len({r.index.key for r in ran if r.index is not None}),
-        "index_builds": len(builds),
-        "encode_passes": sum(1 for r in builds if r.index is not None and r.index.embeddings_computed > 0),
-        "index_reuses": len(ran) - len(builds),
-        "embeddings_computed": sum(r.index.embeddings_computed for r in ran if r.index is not None),
-        "repeats_skipped": sum(1 for r in records if r.duplicate_of is not None),
-    }
+    return IndexCounts(
+        trials_indexed=len(ran),
+        unique_index_keys=len({r.index.key for r in ran if r.index is not None}),
+        index_builds=len(builds),
+        encode_passes=sum(1 for r in builds if r.index is not None and r.index.embeddings_computed > 0),
+        index_reuses=len(ran) - len(builds),
+        embeddings_computed=sum(r.index.embeddings_computed for r in ran if r.index is not None),
+        repeats_skipped=sum(1 for r in records if r.duplicate_of is not None),
+    )
 
 
 def llm_totals(trials: list[optuna.trial.FrozenTrial]) -> dict[str, float]:
@@ -128,21 +134,20 @@ def summary(
     exp: ExperimentConfig,
     provenance: dict[str, Any],
     objective: Objective,
-    held: dict[str, Any] | None,
+    held: HeldOut | None,
+    selection: Separation | None,
     seconds: float,
-) -> tuple[dict[str, Any], dict[str, float]]:
-    """The study summary (JSON, for the parent run and the CLI) and its headline metrics."""
+) -> StudySummary:
+    """The study summary, for the parent run and the CLI."""
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)  # one read of the storage for the counts and errors
     counts = {
-        state.name: sum(t.state == state for t in trials)
+        state: sum(t.state == state for t in trials)
         for state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
     }
     ranked = ranked_trials(study)
     best = TrialRecord.of(ranked[0]) if ranked else None
-    encode = encode_summary(trials)
-    llm = llm_totals(trials)
     errors = sorted(
         {
             r.error
@@ -150,43 +155,33 @@ def summary(
             if t.state == TrialState.FAIL and (r := TrialRecord.of(t)) is not None and r.error
         }
     )
-    out: dict[str, Any] = {
-        "study": study.study_name,
-        "storage": scrub_url(exp.storage_url),
-        "n_trials": len(trials),
-        "n_complete": counts["COMPLETE"],
-        "n_pruned": counts["PRUNED"],
-        "n_failed": counts["FAIL"],
-        "best_trial": ranked[0].number if ranked else None,
-        "best_value": None if best is None else best.composite,
-        "best_metrics": None if best is None else dict(best.metrics),
-        "best_config": None if best is None else dict(best.config),
-        "objective": {
-            "k_eval": exp.objective.k,
-            "configured": exp.objective.metrics,
-            "weights": dict(objective.weights),
-            "notes": list(objective.notes),
-            "secondary": list(exp.objective.secondary),
-        },
-        "encode": encode,
-        "llm_usage": llm or None,
-        "errors": errors[:10],
-        "held_out": held,
-        "data": provenance,
-        "seconds": seconds,
-    }
-    if exp.multi_objective:
-        out["pareto_front"] = sorted(t.number for t in study.best_trials)
-    metrics: dict[str, float] = {k: float(v) for k, v in counts.items()}
-    metrics.update({k: float(v) for k, v in encode.items()})
-    metrics.update(llm)
-    if best is not None and best.composite is not None and ranked:
-        metrics["best_value"] = best.composite
-        metrics["best_trial"] = float(ranked[0].number)
-    if held and "difference" in held:
-        metrics["held_out_difference"] = float(held["difference"]["mean"])
-    metrics["seconds"] = seconds
-    return out, metrics
+    return StudySummary(
+        study=study.study_name,
+        storage=scrub_url(exp.storage_url),
+        n_trials=len(trials),
+        n_complete=counts[TrialState.COMPLETE],
+        n_pruned=counts[TrialState.PRUNED],
+        n_failed=counts[TrialState.FAIL],
+        best_trial=ranked[0].number if ranked else None,
+        best_value=None if best is None else best.composite,
+        best_metrics=None if best is None else dict(best.metrics),
+        best_config=None if best is None else dict(best.config),
+        objective=ObjectiveSummary(
+            k_eval=exp.objective.k,
+            configured=exp.objective.metrics,
+            weights=dict(objective.weights),
+            notes=list(objective.notes),
+            secondary=list(exp.objective.secondary),
+        ),
+        encode=encode_summary(trials),
+        llm_usage=llm_totals(trials) or None,
+        errors=errors[:10],
+        held_out=held,
+        data=provenance,
+        seconds=seconds,
+        pareto_front=sorted(t.number for t in study.best_trials) if exp.multi_objective else None,
+        selection=selection,
+    )
 
 
 def plots(study: optuna.Study, exp: ExperimentConfig) -> dict[str, bytes]:

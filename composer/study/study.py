@@ -33,11 +33,14 @@ from composer.study.leaderboard import STUDY_ATTR, leaderboard, ranked_trials, r
 from composer.study.record import SCHEMA, TrialRecord
 from composer.study.runner import StudyData, TrialRunner
 from composer.study.space import SearchSpace, language_warning, load_search_space
+from composer.tracking.summary import HeldOut, StudySummary
 
 if TYPE_CHECKING:
     import optuna
     import pandas as pd
     from rich.console import Console
+
+    from composer.tracking.writer import StudyTracker
 
 __all__ = ["StudyResult", "composer_version", "load_study", "run_study", "split_questions"]
 
@@ -68,7 +71,7 @@ class StudyResult:
     storage: str
     tracking_uri: str
     parent_run_id: str
-    summary: dict[str, Any]
+    summary: StudySummary
     """Trials by state, the winner, the held-out re-score and its verdict."""
     leaderboard: pd.DataFrame
     study: optuna.Study
@@ -78,11 +81,10 @@ class StudyResult:
     """The winner's pipeline config, or for a factory the settings it was called with."""
 
     @property
-    def held_out(self) -> dict[str, Any] | None:
+    def held_out(self) -> HeldOut | None:
         """The winner's re-score on the held-out split (its ``difference`` to the runner-up, with its CI),
         or None without a split."""
-        held = self.summary.get("held_out")
-        return held if isinstance(held, dict) else None
+        return self.summary.held_out
 
 
 def composer_version() -> str:
@@ -129,13 +131,64 @@ def run_study(
     relevant ids missing from the corpus are an error, not a warning. ``system``: the factory each trial
     builds its system with (default: the one the experiment's ``system:`` names), asked ``concurrency``
     questions at once."""
-    from composer.data import load_corpus
-    from composer.study.live import StudyProgress
-    from composer.tracking.runs import is_local_store
-    from composer.tracking.writer import StudyTracker, WriterSettings
-
     console = console or report_console(stderr=True)
     started = time.monotonic()
+    inputs = _inputs(exp, strict, system, concurrency)
+    data = inputs.data
+    study = open_study(exp, data.space, name=study_name)
+    provenance = _provenance(exp, data.space, data.corpus.fingerprint(), inputs.questions_file,
+                             inputs.questions, data.questions)
+    _check_same_data(study, provenance)
+    tracker = _tracker(exp, study.study_name, provenance, data.questions)
+    status, parent_run_id = "FAILED", ""
+    try:
+        _set_depth(data, data.space)
+        parent_run_id = tracker.ready()
+        if inputs.generated:
+            _log_synth_report(exp, inputs.questions_file)
+        _run_trials(study, exp, data, tracker, console, n_trials, inputs.held_out)
+        held = None if inputs.held_out is None else _report.held_out(study, inputs.held_out, data, console)
+        study.set_user_attr("objective_weights", dict(data.objective.weights))
+        if held is not None:
+            study.set_user_attr("held_out", held.to_dict())
+        seconds = time.monotonic() - started
+        selection = _report.selection_separation(study, data)
+        summary = _report.summary(study, exp, provenance, data.objective, held, selection, seconds)
+        board = leaderboard(study)
+        tracker.log_study(summary, board, _report.plots(study, exp))
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        tracker.close(status, console)
+    result = StudyResult(study.study_name, exp.storage_url, exp.tracking_uri, parent_run_id, summary, board,
+                         study)
+    ranked = ranked_trials(study)
+    if ranked and (record := TrialRecord.of(ranked[0])) is not None:
+        result.best_value, result.best_params = record.composite, dict(ranked[0].params)
+        result.best_config = dict(record.config)
+    return result
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """What a study runs on: its trials' data (the selection questions), the whole question set, its
+    file (and whether it was generated just now), and the held-out questions."""
+
+    data: StudyData
+    questions: QuestionSet
+    questions_file: Path
+    generated: bool
+    held_out: QuestionSet | None
+
+
+def _inputs(exp: ExperimentConfig, strict: bool, system: SystemFactory | None, concurrency: int) -> _Inputs:
+    """Load the experiment's space, corpus and questions, split them, and check every setting no trial
+    could run with here, before the study starts, not once per trial: an unset key variable, a judge
+    without a model, an objective nothing can score, an LLM out of reach."""
+    from composer.data import load_corpus
+
     if system is None and exp.system is not None:
         system = import_factory(exp.system)
     space = load_search_space(exp.search_space, free=system is not None)
@@ -158,21 +211,26 @@ def run_study(
         system=system,
         concurrency=concurrency,
     )
-    # Settings no trial could run with fail here, before the study starts, not once per trial: an unset
-    # key variable, a judge without a model, an objective nothing can score.
     if exp.llm is not None:
         exp.llm.api_key()
     data.objective  # noqa: B018 - resolves (and warns about) the objective once, building the judge
     check_reachable(data.llm_endpoints())
-    study = open_study(exp, space, name=study_name)
-    provenance = _provenance(exp, space, corpus.fingerprint(), questions_file, questions, selection)
-    _check_same_data(study, provenance)
-    tracker = StudyTracker(
+    return _Inputs(data, questions, questions_file, generated, held_out)
+
+
+def _tracker(
+    exp: ExperimentConfig, name: str, provenance: dict[str, Any], selection: QuestionSet
+) -> StudyTracker:
+    """The study's MLflow writer, with the gold answers its traces are assessed against."""
+    from composer.tracking.runs import is_local_store
+    from composer.tracking.writer import StudyTracker, WriterSettings
+
+    return StudyTracker(
         WriterSettings(
             exp.tracking_uri,
             exp.mlflow_experiment,
-            study.study_name,
-            spool=exp.work_dir / "spool" / study.study_name,
+            name,
+            spool=exp.work_dir / "spool" / name,
             artifact_root=exp.work_dir / "mlartifacts" if is_local_store(exp.tracking_uri) else None,
             max_traces=exp.mlflow.traces,
             study_params=_study_params(exp, provenance),
@@ -183,63 +241,49 @@ def run_study(
             },
         )
     )
-    status, parent_run_id = "FAILED", ""
-    try:
-        _set_depth(data, space)
-        parent_run_id = tracker.ready()
-        if generated:
-            _log_synth_report(exp, questions_file)
-        _optimize.record_lost_trials(study, tracker, untagged_after_s=2 * exp.heartbeat_interval)
-        target = n_trials if n_trials is not None else exp.n_trials
-        done = _optimize.finished_distinct(study)
-        remaining = None if target is None else max(target - done, 0)
-        if target is not None and _optimize.target_reached(study, target):
-            remaining = 0
-        console.print(
-            f"study [bold]{study.study_name}[/bold]: {done} trials finished"
-            + (f", {remaining} to run" if remaining is not None else "")
-            + f" · {len(selection)} questions"
-            + (f" (+{len(held_out)} held out)" if held_out else ""),
-            highlight=False,
+
+
+def _run_trials(
+    study: optuna.Study,
+    exp: ExperimentConfig,
+    data: StudyData,
+    tracker: StudyTracker,
+    console: Console,
+    n_trials: int | None,
+    held_out: QuestionSet | None,
+) -> None:
+    """Record the trials lost by earlier runs, then run the trials still missing (to ``n_trials``, or the
+    experiment's) with a live view, stopping on Ctrl-C or when too many fail."""
+    from composer.study.live import StudyProgress
+
+    _optimize.record_lost_trials(study, tracker, untagged_after_s=2 * exp.heartbeat_interval)
+    target = n_trials if n_trials is not None else exp.n_trials
+    done = _optimize.finished_distinct(study)
+    remaining = None if target is None else max(target - done, 0)
+    if target is not None and _optimize.target_reached(study, target):
+        remaining = 0
+    console.print(
+        f"study [bold]{study.study_name}[/bold]: {done} trials finished"
+        + (f", {remaining} to run" if remaining is not None else "")
+        + f" · {len(data.questions)} questions"
+        + (f" (+{len(held_out)} held out)" if held_out else ""),
+        highlight=False,
+    )
+    if remaining == 0:
+        return
+    guard = _optimize.FailureGuard(exp.stop)
+    with StudyProgress(console, target, done, exp.timeout) as progress, _optimize.CtrlC() as ctrl_c:
+        worker = worker_id()
+        runner = TrialRunner(data, tracker.submit, worker=worker, on_stage=progress.stage)
+        objective = _optimize.StudyObjective(target, runner, tracker, worker)
+        hooks: list[_optimize.TrialHook] = [ctrl_c.hook, progress, guard]
+        if target is not None:
+            hooks.insert(0, _optimize.stop_at(target))
+        callback = _optimize.after_each_trial(
+            *hooks, tracker=tracker, untagged_after_s=2 * exp.heartbeat_interval
         )
-        if remaining != 0:
-            guard = _optimize.FailureGuard(exp.stop)
-            with StudyProgress(console, target, done, exp.timeout) as progress, _optimize.CtrlC() as ctrl_c:
-                worker = worker_id()
-                runner = TrialRunner(data, tracker.submit, worker=worker, on_stage=progress.stage)
-                objective = _optimize.StudyObjective(target, runner, tracker, worker)
-                hooks: list[_optimize.TrialHook] = [ctrl_c.hook, progress, guard]
-                if target is not None:
-                    hooks.insert(0, _optimize.stop_at(target))
-                callback = _optimize.after_each_trial(
-                    *hooks, tracker=tracker, untagged_after_s=2 * exp.heartbeat_interval
-                )
-                _optimize.optimize(study, objective, timeout=exp.timeout, callback=callback)
-            guard.raise_if_stopped(study.study_name)
-        held = None
-        if held_out is not None:
-            held = _report.held_out(study, held_out, data, console)
-        study.set_user_attr("objective_weights", dict(data.objective.weights))
-        if held is not None:
-            study.set_user_attr("held_out", held)
-        seconds = time.monotonic() - started
-        summary, metrics = _report.summary(study, exp, provenance, data.objective, held, seconds)
-        summary["selection"] = _report.selection_separation(study, data)
-        board = leaderboard(study)
-        tracker.log_study(summary, metrics, board, summary.get("best_config"), _report.plots(study, exp))
-        status = "FINISHED"
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    finally:
-        tracker.close(status, console)
-    result = StudyResult(study.study_name, exp.storage_url, exp.tracking_uri, parent_run_id, summary, board,
-                         study)
-    ranked = ranked_trials(study)
-    if ranked and (record := TrialRecord.of(ranked[0])) is not None:
-        result.best_value, result.best_params = record.composite, dict(ranked[0].params)
-        result.best_config = dict(record.config)
-    return result
+        _optimize.optimize(study, objective, timeout=exp.timeout, callback=callback)
+    guard.raise_if_stopped(study.study_name)
 
 
 def _set_depth(data: StudyData, space: SearchSpace) -> None:

@@ -30,6 +30,7 @@ from composer.mlflow_store import prepare_mlflow_store
 from composer.redact import flatten, scrub, scrub_url
 from composer.store import sqlite_file
 from composer.tracking.parent import ParentClaims
+from composer.tracking.summary import StudySummary
 from composer.tracking.trial import TrialLog
 from composer.yamlfile import dump_yaml
 
@@ -445,98 +446,42 @@ class RunWriter:
                 self._trace(sample, log)
 
     def _trace(self, sample: Any, log: TrialLog) -> None:
+        """One question's trace: its stages as spans laid end to end from the trial's start (MLflow draws
+        them as a timeline), its metrics and gold as assessments."""
         import mlflow
-        from mlflow.entities import SpanType
         from mlflow.tracing.provider import safe_set_span_in_context
 
-        hits = sample.retrieved
-        docs = [
-            {"id": h.id, "page_content": h.text or "", "metadata": {"doc_id": h.doc_id, "score": h.score}}
-            for h in hits
-        ]
-        cfg = log.config_dict or {}
-        retrieval, rerank = cfg.get("retrieval", {}), cfg.get("rerank", {})
-        t = int(log.started.timestamp() * 1e9)
-        root = mlflow.start_span_no_context(
+        start = int(log.started.timestamp() * 1e9)
+        root = self._root_span(sample, log, start)
+        judge = log.judge or "deterministic scorers"
+        t = _retrieval_spans(root, sample, log.config_dict or {}, start)
+        t = _answer_spans(root, sample, log, judge, t)
+        # Assessments logged while the trace is live travel with it, in its one write to the store: logged
+        # after, each would be a write of its own (~10 ms, for every metric of every question). The traces
+        # list shows the question and the answer themselves, not the root span's inputs and outputs as JSON.
+        with safe_set_span_in_context(root):
+            self._assess(root.trace_id, sample, judge)
+            mlflow.update_current_trace(request_preview=sample.question, response_preview=sample.answer)
+        root.end(outputs={"answer": sample.answer}, end_time_ns=t)
+
+    def _root_span(self, sample: Any, log: TrialLog, start: int) -> LiveSpan:
+        """The question's root span, tagged with its study, trial and question id: the UI's traces table
+        filters by any of them."""
+        import mlflow
+        from mlflow.entities import SpanType
+
+        return mlflow.start_span_no_context(
             "question",
             span_type=SpanType.CHAIN,
             inputs={"question": sample.question, "question_id": sample.question_id},
             experiment_id=self.experiment_id,
-            start_time_ns=t,
+            start_time_ns=start,
             tags={
                 STUDY_TAG: self.study_name,
                 TRIAL_TAG: str(log.number),
                 "composer.question_id": sample.question_id,
             },
         )
-
-        def child(
-            name: str, kind: str, seconds: float, inputs: Any, outputs: Any, attributes: Mapping[str, Any]
-        ) -> int:
-            span: LiveSpan = mlflow.start_span_no_context(
-                name,
-                span_type=kind,
-                parent_span=root,
-                inputs=inputs,
-                attributes=dict(attributes),
-                start_time_ns=t,
-            )
-            end = t + int(seconds * 1e9)
-            span.end(outputs=outputs, end_time_ns=end)
-            return end
-
-        latency = sample.latency
-        reranked = rerank.get("method", "none") != "none"
-        if "expand" in latency:
-            t = child(
-                "expand",
-                SpanType.LLM,
-                latency["expand"],
-                {"query": sample.question},
-                None,
-                {"method": cfg.get("query_expansion", {}).get("method")},
-            )
-        t = child(
-            "retrieve",
-            SpanType.RETRIEVER,
-            latency.get("retrieve", 0.0),
-            {"query": sample.question},
-            {"candidates": "reranked below"} if reranked else docs,
-            {"mode": retrieval.get("mode"), "k": retrieval.get("k")},
-        )
-        if reranked:
-            t = child(
-                "rerank",
-                SpanType.RERANKER,
-                latency.get("rerank", 0.0),
-                {"query": sample.question},
-                docs,
-                {"method": rerank.get("method"), "model": rerank.get("model") or ""},
-            )
-        generation = dict(log.generation.get(sample.question_id, {"answerer": log.answerer}))
-        if "generate" in latency:
-            t = child(
-                "generate",
-                SpanType.LLM if log.answerer.startswith("llm:") else SpanType.CHAIN,
-                latency["generate"],
-                {"question": sample.question, "contexts": [h.id for h in hits]},
-                sample.answer,
-                generation,
-            )
-        scores = {k: v for k, v in sample.metrics.items() if v is not None}
-        judged: dict[str, Any] = {"judge": log.judge or "deterministic scorers"}
-        if sample.reasons:
-            judged["reasons"] = dict(sample.reasons)
-        t = child(
-            "judge", SpanType.EVALUATOR, latency.get("judge", 0.0), {"answer": sample.answer}, scores, judged
-        )
-        # Assessments logged while the trace is live travel with it, in its one write to the store: logged
-        # after, each would be a write of its own (~10 ms, for every metric of every question). The traces
-        # list shows the question and the answer themselves, not the root span's inputs and outputs as JSON.
-        with safe_set_span_in_context(root):
-            self._assess(root.trace_id, sample, judged["judge"])
-            mlflow.update_current_trace(request_preview=sample.question, response_preview=sample.answer)
-        root.end(outputs={"answer": sample.answer}, end_time_ns=t)
 
     def _assess(self, trace_id: str, sample: Any, judge: str) -> None:
         """The question's metrics as feedback and its gold as expectations on its trace: the UI's traces
@@ -559,12 +504,7 @@ class RunWriter:
 
     # Study -------------------------------------------------------------------------------------------
     def write_study(
-        self,
-        summary: Mapping[str, Any],
-        metrics: Mapping[str, float],
-        leaderboard: pd.DataFrame,
-        best_config: Mapping[str, Any] | None,
-        plots: Mapping[str, bytes],
+        self, summary: StudySummary, leaderboard: pd.DataFrame, plots: Mapping[str, bytes]
     ) -> None:
         """Parent-run artifacts (summary, leaderboard, best config, the study's charts as PNG), headline
         metrics at this segment's step (a rerun adds to their history), and tags: the best trial, marked
@@ -572,20 +512,19 @@ class RunWriter:
         from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
-        best = summary.get("best_trial")
+        best, best_value = summary.best_trial, summary.best_value
         tags = {"composer.best_trial": str(best)}
-        if best is not None and summary.get("best_value") is not None:
+        if best is not None and best_value is not None:
             tags["mlflow.note.content"] = (
-                f"Study {self.study_name}: best trial #{best}, composite {float(summary['best_value']):.4f} "
-                f"({summary.get('n_complete', 0)} complete, {summary.get('n_pruned', 0)} pruned, "
-                f"{summary.get('n_failed', 0)} failed trials). Charts in plots/, ranking in leaderboard.csv."
+                f"Study {self.study_name}: best trial #{best}, composite {best_value:.4f} "
+                f"({summary.n_complete} complete, {summary.n_pruned} pruned, "
+                f"{summary.n_failed} failed trials). Charts in plots/, ranking in leaderboard.csv."
             )
-        held_out_error = (summary.get("held_out") or {}).get("error")
-        if held_out_error is not None:
-            tags["composer.held_out_error"] = str(held_out_error)[:4000]
-        headline = dict(metrics)
-        if best is not None and summary.get("best_value") is not None:
-            headline[COMPOSITE] = float(summary["best_value"])  # the study's best, whichever worker found it
+        if summary.held_out is not None and summary.held_out.error is not None:
+            tags["composer.held_out_error"] = str(summary.held_out.error)[:4000]
+        headline = summary.metrics()
+        if best is not None and best_value is not None:
+            headline[COMPOSITE] = float(best_value)  # the study's best, whichever worker found it
         self.client.log_batch(
             self.parent_run_id,
             metrics=[Metric(mlflow_metric_name(k), float(v), now, self.segment) for k, v in headline.items()],
@@ -597,14 +536,11 @@ class RunWriter:
             out = Path(tmp)
             write_atomic(
                 out / "study_summary.json",
-                json.dumps(scrub(summary), ensure_ascii=False, indent=2, default=str) + "\n",
+                json.dumps(scrub(summary.to_dict()), ensure_ascii=False, indent=2, default=str) + "\n",
             )
             write_atomic(out / "leaderboard.csv", leaderboard.to_csv(index=False))
-            if best_config is not None:
-                write_atomic(
-                    out / "best_config.yaml",
-                    dump_yaml(scrub(best_config)),
-                )
+            if summary.best_config is not None:
+                write_atomic(out / "best_config.yaml", dump_yaml(scrub(summary.best_config)))
             if plots:
                 (out / "plots").mkdir()
                 for name, png in plots.items():
@@ -739,3 +675,111 @@ def mlflow_params(values: Mapping[str, Any]) -> list[Param]:
 def _param_value(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return text[:6000]
+
+
+def _retrieval_spans(root: LiveSpan, sample: Any, cfg: Mapping[str, Any], t: int) -> int:
+    """The spans of a question's search, from ``t`` (ns): expand (if it ran), retrieve and rerank (if
+    configured; the hits then show on it, not on retrieve); where the last one ended."""
+    from mlflow.entities import SpanType
+
+    docs = [
+        {"id": h.id, "page_content": h.text or "", "metadata": {"doc_id": h.doc_id, "score": h.score}}
+        for h in sample.retrieved
+    ]
+    retrieval, rerank = cfg.get("retrieval", {}), cfg.get("rerank", {})
+    latency = sample.latency
+    reranked = rerank.get("method", "none") != "none"
+    if "expand" in latency:
+        t = _child_span(
+            root,
+            "expand",
+            SpanType.LLM,
+            t,
+            latency["expand"],
+            {"query": sample.question},
+            None,
+            {"method": cfg.get("query_expansion", {}).get("method")},
+        )
+    t = _child_span(
+        root,
+        "retrieve",
+        SpanType.RETRIEVER,
+        t,
+        latency.get("retrieve", 0.0),
+        {"query": sample.question},
+        {"candidates": "reranked below"} if reranked else docs,
+        {"mode": retrieval.get("mode"), "k": retrieval.get("k")},
+    )
+    if reranked:
+        t = _child_span(
+            root,
+            "rerank",
+            SpanType.RERANKER,
+            t,
+            latency.get("rerank", 0.0),
+            {"query": sample.question},
+            docs,
+            {"method": rerank.get("method"), "model": rerank.get("model") or ""},
+        )
+    return t
+
+
+def _answer_spans(root: LiveSpan, sample: Any, log: TrialLog, judge: str, t: int) -> int:
+    """The spans of a question's answer, from ``t`` (ns): generate (if it ran; an LLM span when an LLM
+    answered) and judge, with the scores and the judge's reasons; where the last one ended."""
+    from mlflow.entities import SpanType
+
+    latency = sample.latency
+    generation = dict(log.generation.get(sample.question_id, {"answerer": log.answerer}))
+    if "generate" in latency:
+        t = _child_span(
+            root,
+            "generate",
+            SpanType.LLM if log.answerer.startswith("llm:") else SpanType.CHAIN,
+            t,
+            latency["generate"],
+            {"question": sample.question, "contexts": [h.id for h in sample.retrieved]},
+            sample.answer,
+            generation,
+        )
+    scores = {k: v for k, v in sample.metrics.items() if v is not None}
+    judged: dict[str, Any] = {"judge": judge}
+    if sample.reasons:
+        judged["reasons"] = dict(sample.reasons)
+    return _child_span(
+        root,
+        "judge",
+        SpanType.EVALUATOR,
+        t,
+        latency.get("judge", 0.0),
+        {"answer": sample.answer},
+        scores,
+        judged,
+    )
+
+
+def _child_span(
+    root: LiveSpan,
+    name: str,
+    kind: str,
+    start: int,
+    seconds: float,
+    inputs: Any,
+    outputs: Any,
+    attributes: Mapping[str, Any],
+) -> int:
+    """A finished stage span under ``root``, ``seconds`` long from ``start`` (ns); where it ended, the next
+    stage's start."""
+    import mlflow
+
+    span: LiveSpan = mlflow.start_span_no_context(
+        name,
+        span_type=kind,
+        parent_span=root,
+        inputs=inputs,
+        attributes=dict(attributes),
+        start_time_ns=start,
+    )
+    end = start + int(seconds * 1e9)
+    span.end(outputs=outputs, end_time_ns=end)
+    return end

@@ -42,6 +42,16 @@ from composer.data.types import Hit
 from composer.evaluation.report import EvaluationReport, SampleTable, StageError
 from composer.files import atomic_output, not_regular
 from composer.locks import FileLock
+from composer.tracking.summary import (
+    Contender,
+    Difference,
+    HeldOut,
+    IndexCounts,
+    ObjectiveSummary,
+    Separation,
+    StudyLog,
+    StudySummary,
+)
 from composer.tracking.trial import TrialLog
 
 TABLES = "tables"
@@ -198,7 +208,9 @@ def read_record(path: Path, tables: Path, cache: dict[str, ChunkTable]) -> Any:
 
 
 _CLASSES: dict[str, type[Any]] = {
-    cls.__name__: cls for cls in (TrialLog, SampleTable, Ranking, ChunkTable, Hit, StageError)
+    cls.__name__: cls
+    for cls in (TrialLog, SampleTable, Ranking, ChunkTable, Hit, StageError, StudyLog, StudySummary,
+                ObjectiveSummary, IndexCounts, HeldOut, Contender, Difference, Separation)
 }
 """The dataclasses a record may hold, rebuilt from their fields by name: nothing else is ever built."""
 _FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in _CLASSES.values()}

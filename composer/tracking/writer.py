@@ -36,6 +36,7 @@ from composer.tracking.spool import (
     refusal,
     set_aside,
 )
+from composer.tracking.summary import StudyLog, StudySummary
 from composer.tracking.trial import TrialLog
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ question): a trial's 25 traces cost the writer ~1.5 s, and it must keep pace wit
 milliseconds. A study whose trials outpace the writer gets traces when it has nearly caught up (AutoRAG's
 space on ARCD: 5 of 484 trials); a slower one, for every trial."""
 WRITE_ATTEMPTS = 3
-PAYLOADS: dict[str, type[Any]] = {"trial": TrialLog, "lost": list, "study": tuple}
+PAYLOADS: dict[str, type[Any]] = {"trial": TrialLog, "lost": list, "study": StudyLog}
 """What a spool record of each kind holds (``StudyTracker``'s submit, lost and log_study)."""
 RESTARTS = 3
 """How often a study starts its writer again after it died, before leaving the rest spooled."""
@@ -146,15 +147,9 @@ class StudyTracker:
         one has a finished run already."""
         self._send("lost", trials)
 
-    def log_study(
-        self,
-        summary: Mapping[str, Any],
-        metrics: Mapping[str, float],
-        leaderboard: pd.DataFrame,
-        best_config: Mapping[str, Any] | None,
-        plots: Mapping[str, bytes],
-    ) -> None:
-        self._send("study", (dict(summary), dict(metrics), leaderboard, best_config, dict(plots)))
+    def log_study(self, summary: StudySummary, leaderboard: pd.DataFrame, plots: Mapping[str, bytes]) -> None:
+        """The study's summary, leaderboard and charts, for its parent run."""
+        self._send("study", StudyLog(summary, leaderboard, dict(plots)))
 
     def close(self, status: str = "FINISHED", console: Console | None = None) -> None:
         """Let the writer write everything queued, close the parent run, and stop. A second Ctrl-C while
@@ -394,8 +389,8 @@ def _write(
                 for number, config, reason in payload:
                     writer.write_lost(number, config, reason)
             elif kind == "study":
-                writer.write_study(*payload)
-                _trace_leaders(writer, tables_dir, payload[2], tables)
+                writer.write_study(payload.summary, payload.leaderboard, payload.plots)
+                _trace_leaders(writer, tables_dir, payload.leaderboard, tables)
             path.unlink()
             return None
         except Exception as exc:

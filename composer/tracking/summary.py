@@ -1,0 +1,220 @@
+"""The study summary as typed values: made by the study when it ends, read by the CLI, the API and the
+MLflow writer.
+
+It lives here, below ``composer.study``, because the writer process (``composer.tracking``) reads it and
+must not import the study layer. Its JSON form (``to_dict``) is what the parent run's
+``study_summary.json`` holds and, for the held-out re-score, what the Optuna study stores in its
+``held_out`` user attribute: ``from_dict`` reads both back, so studies stored by earlier versions still
+read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["Contender", "Difference", "HeldOut", "IndexCounts", "ObjectiveSummary", "Separation", "StudyLog",
+           "StudySummary"]
+
+
+@dataclass(frozen=True)
+class Contender:
+    """The winner or the runner-up, re-scored on the held-out questions."""
+
+    trial: int
+    selection_composite: float | None
+    held_out_composite: float
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Contender:
+        return cls(int(d["trial"]), d.get("selection_composite"), float(d["held_out_composite"]))
+
+
+@dataclass(frozen=True)
+class Difference:
+    """Winner minus runner-up on the held-out questions, paired by question, with its 95% CI."""
+
+    mean: float
+    ci95: tuple[float, float]
+    n_paired: int
+    winner_really_better: bool
+    runner_up_really_better: bool
+
+    @property
+    def verdict(self) -> str:
+        """The answer to "is the winner really better than the runner-up?" in words: the runner-up being
+        significantly better is said so, which "not significantly" would hide."""
+        if self.winner_really_better:
+            return "yes"
+        if self.runner_up_really_better:
+            return "no, the runner-up is"
+        return "not significantly"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ci95": list(self.ci95)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Difference:
+        low, high = d["ci95"]
+        return cls(float(d["mean"]), (float(low), float(high)), int(d.get("n_paired", 0)),
+                   bool(d["winner_really_better"]), bool(d["runner_up_really_better"]))
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The held-out re-score of the winner and the runner-up. ``error``: why a re-score failed (the
+    contenders re-scored before it are kept)."""
+
+    n_questions: int
+    winner: Contender | None = None
+    runner_up: Contender | None = None
+    difference: Difference | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON stored in the study's ``held_out`` user attribute: keys without a value are left out."""
+        out: dict[str, Any] = {"n_questions": self.n_questions}
+        if self.error is not None:
+            out["error"] = self.error
+        for role in ("winner", "runner_up"):
+            contender = getattr(self, role)
+            if contender is not None:
+                out[role] = asdict(contender)
+        if self.difference is not None:
+            out["difference"] = self.difference.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Any) -> HeldOut | None:
+        """The stored JSON back, None if it is none (a study without a split)."""
+        if not isinstance(d, dict):
+            return None
+        winner, runner_up, difference = d.get("winner"), d.get("runner_up"), d.get("difference")
+        return cls(
+            int(d.get("n_questions", 0)),
+            Contender.from_dict(winner) if isinstance(winner, dict) else None,
+            Contender.from_dict(runner_up) if isinstance(runner_up, dict) else None,
+            Difference.from_dict(difference) if isinstance(difference, dict) else None,
+            None if d.get("error") is None else str(d["error"]),
+        )
+
+
+@dataclass(frozen=True)
+class Separation:
+    """Whether the selection questions separate the winner from the runner-up: the CI of their paired
+    difference re-scored on the selection set; one that spans 0 cannot tell them apart."""
+
+    n_questions: int
+    winner: int
+    runner_up: int
+    difference: float
+    ci95: tuple[float, float]
+    separated: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ci95": list(self.ci95)}
+
+
+@dataclass(frozen=True)
+class IndexCounts:
+    """How much indexing the study paid for: index builds, encode passes, reuses, repeats skipped."""
+
+    trials_indexed: int
+    unique_index_keys: int
+    index_builds: int
+    encode_passes: int
+    index_reuses: int
+    embeddings_computed: int
+    repeats_skipped: int
+
+
+@dataclass(frozen=True)
+class ObjectiveSummary:
+    """The objective the study ranked by: as configured, and the weights and notes it resolved to."""
+
+    k_eval: int
+    configured: dict[str, float]
+    weights: dict[str, float]
+    notes: list[str]
+    secondary: list[str]
+
+
+@dataclass(frozen=True)
+class StudySummary:
+    """A study's trials by state, its winner, its indexing and LLM spending, the held-out re-score and
+    the selection set's separation; ``data`` is what it was run on (its provenance)."""
+
+    study: str
+    storage: str
+    n_trials: int
+    n_complete: int
+    n_pruned: int
+    n_failed: int
+    best_trial: int | None
+    best_value: float | None
+    best_metrics: dict[str, float] | None
+    best_config: dict[str, Any] | None
+    objective: ObjectiveSummary
+    encode: IndexCounts
+    llm_usage: dict[str, float] | None
+    """The study's LLM spending by usage metric (``llm_calls``, ``llm_cost_usd``...); None without any."""
+    errors: list[str]
+    held_out: HeldOut | None
+    data: dict[str, Any]
+    seconds: float
+    pareto_front: list[int] | None = None
+    """Trial numbers on the Pareto front of a multi-objective study; None for a single objective."""
+    selection: Separation | None = None
+
+    def metrics(self) -> dict[str, float]:
+        """The headline metrics of the study's parent run."""
+        out = {"COMPLETE": float(self.n_complete), "PRUNED": float(self.n_pruned),
+               "FAIL": float(self.n_failed)}
+        out.update({k: float(v) for k, v in asdict(self.encode).items()})
+        out.update(self.llm_usage or {})
+        if self.best_value is not None and self.best_trial is not None:
+            out["best_value"] = self.best_value
+            out["best_trial"] = float(self.best_trial)
+        if self.held_out is not None and self.held_out.difference is not None:
+            out["held_out_difference"] = float(self.held_out.difference.mean)
+        out["seconds"] = self.seconds
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON of the parent run's ``study_summary.json``."""
+        out: dict[str, Any] = {
+            "study": self.study,
+            "storage": self.storage,
+            "n_trials": self.n_trials,
+            "n_complete": self.n_complete,
+            "n_pruned": self.n_pruned,
+            "n_failed": self.n_failed,
+            "best_trial": self.best_trial,
+            "best_value": self.best_value,
+            "best_metrics": self.best_metrics,
+            "best_config": self.best_config,
+            "objective": asdict(self.objective),
+            "encode": asdict(self.encode),
+            "llm_usage": self.llm_usage,
+            "errors": list(self.errors),
+            "held_out": None if self.held_out is None else self.held_out.to_dict(),
+            "data": self.data,
+            "seconds": self.seconds,
+        }
+        if self.pareto_front is not None:
+            out["pareto_front"] = list(self.pareto_front)
+        out["selection"] = None if self.selection is None else self.selection.to_dict()
+        return out
+
+
+@dataclass(frozen=True)
+class StudyLog:
+    """What a study hands its MLflow writer when it ends (a spool record of kind ``study``): the summary,
+    the leaderboard and Optuna's charts as PNG by name."""
+
+    summary: StudySummary
+    leaderboard: pd.DataFrame
+    plots: dict[str, bytes]
