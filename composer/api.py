@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -270,8 +269,9 @@ def load_pipeline(
             the pipeline unindexed (call ``pipe.index(corpus)`` later).
         workdir: Indexes, embeddings and LLM replies. Default: ``.composer`` beside a config file (the
             folder itself when it is one: an export written into a study's work dir reuses its caches), and
-            for an in-memory config the user's cache folder (``$XDG_CACHE_HOME/composer``, else
-            ``~/.cache/composer``): never a folder of wherever the process happens to run.
+            for an in-memory config the user's cache folder (``$COMPOSER_CACHE_DIR``, else
+            ``$XDG_CACHE_HOME/composer``, else ``~/.cache/composer``): never a folder of wherever the
+            process happens to run.
         qdrant: A Qdrant server URL; None keeps the index in Qdrant Edge, on disk under ``workdir``.
 
     Returns:
@@ -313,8 +313,9 @@ def _pipeline_workdir(config: object) -> Path:
     if isinstance(config, str | Path):
         folder = Path(config).resolve().parent
         return folder if folder.name == DEFAULT_WORKDIR.name else folder / DEFAULT_WORKDIR.name
-    cache = os.environ.get("XDG_CACHE_HOME")
-    return (Path(cache) if cache else Path.home() / ".cache") / "composer"
+    from composer.documents.cache import default_cache_dir
+
+    return default_cache_dir()
 
 
 # -- optimize -----------------------------------------------------------------------------------------

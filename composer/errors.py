@@ -103,11 +103,16 @@ class InputError(ComposerError):
         line: int | None = None,
         field: str | None = None,
     ) -> None:
-        self.message = message
+        self._message = message
         self.path = str(path) if path is not None else None
         self.line = line
         self.field = field
         super().__init__(self.location_message())
+
+    @property
+    def message(self) -> str:
+        """What is wrong, the options it suggests in the API's words (see ``option``)."""
+        return _spoken(self._message, cli=False)
 
     def location_message(self) -> str:
         """The message prefixed with where it is: ``path:line (field 'key'): message``."""
@@ -118,7 +123,7 @@ class InputError(ComposerError):
                 where += f":{self.line}"
         if self.field:
             where += f" (field '{self.field}')" if where else f"field '{self.field}'"
-        return f"{where}: {self.message}" if where else self.message
+        return f"{where}: {self._message}" if where else self._message
 
 
 class ConfigError(InputError):

@@ -99,6 +99,13 @@ def atomic_output(path: Path, *, fsync: bool = False, private: bool = False) -> 
         raise
 
 
+def plain_name(name: object) -> bool:
+    """Whether ``name`` (read from a file: a spool record's table key or chart name) is one plain, visible
+    file name, so that a folder joined with it stays that folder: no separator, no ``..``, no leading dot."""
+    return (isinstance(name, str) and bool(name) and not name.startswith(".") and "/" not in name
+            and "\\" not in name and "\0" not in name)
+
+
 def temporary_beside(path: Path, *, private: bool = False) -> tuple[int, str]:
     """A new file ``.<name>.<random>.tmp`` beside ``path``, open for writing, created with 0666 less the
     umask (0600 if ``private``): the mode of any file the user makes, applied by the kernel as ``open``

@@ -11,7 +11,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-_SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials"}
+_SECRET_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials",
+                 "authorization", "cookie"}
 _URL_USERINFO = re.compile(r"(?<=://)(?:[^\s/?#@]*:[^\s?#]*|[^\s/?#@]+)@")
 """``user:password@`` up to the last ``@`` before the path's query (a password may hold ``/`` or an
 unescaped ``@``), or ``token@`` before the first ``/``; ``https://host/@name`` is a path, left alone."""

@@ -82,3 +82,10 @@ def invisible_only(text: str) -> str | None:
     named = ", ".join(f"U+{ord(c):04X} {unicodedata.name(c, 'unnamed')}" for c in marks[:3])
     more = f" and {len(marks) - 3} more" if len(marks) > 3 else ""
     return f"only invisible characters: {named}{more}"
+
+
+def normal_id(text: str) -> str:
+    """The form every id read is kept in: NFC (composed). ``café`` typed with a combining accent (NFD, as
+    macOS names files) looks like ``café`` but would never match it: every question labelled with it would
+    score 0 against a corpus that spells it composed."""
+    return unicodedata.normalize("NFC", text)

@@ -122,6 +122,64 @@ def test_link_loops_end_and_are_reported(tmp_path: Path) -> None:
         }
 
 
+def test_a_folder_reached_by_several_links_is_read_once(tmp_path: Path) -> None:
+    root = tmp_path / "docs"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "x.md").write_text("A document.", encoding="utf-8")
+    (root / "l1").symlink_to("sub", target_is_directory=True)
+    (root / "l2").symlink_to("sub", target_is_directory=True)
+    corpus = load_corpus(root, cache_dir=tmp_path / "cache")
+    assert [d.id for d in corpus] == ["sub/x.md"]  # the real folder keeps its ids
+    skips = _skips(corpus)
+    assert skips["l1"] == ("duplicate folder", f"{root / 'sub'}, already read as sub")
+    assert set(skips) == {"l1", "l2"}
+
+
+@pytest.mark.timeout(60)
+def test_a_chain_of_folders_each_linking_twice_to_the_next_is_read_once(tmp_path: Path) -> None:
+    root = tmp_path / "docs"
+    depth = 12  # 2**12 paths to the last folder when every path is walked
+    for i in range(depth):
+        (root / f"d{i}").mkdir(parents=True)
+        (root / f"d{i}" / "f.md").write_text(f"Document {i}.", encoding="utf-8")
+        if i:
+            (root / f"d{i - 1}" / "a").symlink_to(f"../d{i}", target_is_directory=True)
+            (root / f"d{i - 1}" / "b").symlink_to(f"../d{i}", target_is_directory=True)
+    corpus = load_corpus(root, cache_dir=tmp_path / "cache")
+    assert sorted(d.text for d in corpus) == sorted(f"Document {i}." for i in range(depth))
+
+
+def test_a_link_into_a_hidden_folder_is_not_read(tmp_path: Path) -> None:
+    root = tmp_path / "docs"
+    (root / ".hidden").mkdir(parents=True)
+    (root / ".hidden" / "s.md").write_text(SECRET, encoding="utf-8")
+    (root / "good.md").write_text("A document.", encoding="utf-8")
+    (root / "vis.md").symlink_to(".hidden/s.md")
+    (root / "peek").symlink_to(".hidden", target_is_directory=True)
+    for follow in (False, True):
+        corpus = load_corpus(root, cache_dir=tmp_path / "cache", follow_links=follow)
+        assert [d.id for d in corpus] == ["good.md"]
+        skips = _skips(corpus)
+        assert {k: reason for k, (reason, _) in skips.items()} == {"vis.md": "hidden", "peek": "hidden"}
+
+
+@pytest.mark.timeout(20)  # the old read blocked on the FIFO, or read /dev/zero until memory ran out
+def test_a_folder_file_that_becomes_a_fifo_or_device_after_its_check_is_never_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bounded_memory: None
+) -> None:
+    from composer.documents import folder
+
+    os.mkfifo(tmp_path / "pipe.md")
+    (tmp_path / "zero.md").symlink_to("/dev/zero")
+    monkeypatch.setattr(folder, "not_regular", lambda mode: None)  # each passes the check, then changes
+    files = [("pipe.md", tmp_path / "pipe.md"), ("zero.md", tmp_path / "zero.md")]
+    documents, report = folder.read_documents(tmp_path, files)
+    assert documents == []
+    assert [(d, reason) for d, reason, _ in report.skipped] == [("pipe.md", "unreadable"),
+                                                                ("zero.md", "unreadable")]
+    assert "it changed while the folder was read: expected a file, got a FIFO" in report.skipped[0][2]
+
+
 # -- 2. FIFOs and broken links in a document folder ---------------------------------------------------
 
 
@@ -323,3 +381,17 @@ def test_nfd_file_names_give_nfc_document_ids(tmp_path: Path) -> None:
     skips = _skips(load_corpus(root, cache_dir=tmp_path / "cache"))
     message = f"the same name as {NFD}.md once Unicode-normalized (NFC)"
     assert list(skips.values()) == [("duplicate name", message)]
+
+
+def test_nfd_ids_of_documents_and_questions_made_in_python_match_a_retrievers(tmp_path: Path) -> None:
+    """Documents and questions built in Python keep NFC ids like loaded ones, so a user's retriever that
+    returns the NFD spelling still matches (the retriever's ids are normalized too)."""
+    from composer.data.types import Document, Question, QuestionSet
+
+    corpus = Corpus([Document(NFD, "un café"), Document("d2", "thé")], "python")
+    questions = QuestionSet([Question(NFD + "-q", "café?", relevant_ids=(NFD,))], "python")
+    assert corpus.documents[0].id == NFC and questions.questions[0].relevant_ids == (NFC,)
+    for returned in (NFD, NFC):
+        report = composer.evaluate(lambda q, r=returned: [r, "d2"], questions, corpus, k=[1],
+                                   workdir=tmp_path / returned)
+        assert report.values("hit_rate@1").tolist() == [1.0]

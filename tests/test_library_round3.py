@@ -198,6 +198,24 @@ def test_langchain_retrievers_and_runnables_and_llamaindex_retrievers_are_evalua
         assert means["hit_rate@1"] == expected["hit_rate@1"]
 
 
+def test_a_langchain_metadata_score_is_read_when_a_number_and_ignored_when_not() -> None:
+    import numpy as np
+    from langchain_core.documents import Document
+
+    from composer.evaluation.system import SystemError_, as_hits
+
+    def doc(doc_id: str, score: object) -> Document:
+        return Document(page_content=doc_id, metadata={"source": doc_id, "score": score})
+
+    numpy_scores = as_hits([doc("a.md", np.float32(0.5)), doc("b.md", np.float64(0.25))], "q")
+    assert [(h.id, h.score) for h in numpy_scores] == [("a.md", 0.5), ("b.md", 0.25)]
+    for bad in ("4/5 stars", float("nan"), True, None):  # no score: stand-ins in the order given
+        hits = as_hits([doc("a.md", bad), doc("b.md", 0.9)], "q")
+        assert [(h.id, h.score) for h in hits] == [("a.md", 2.0), ("b.md", 1.0)], bad
+    with pytest.raises(SystemError_, match="not a finite number at rank 1: '4/5 stars'"):
+        as_hits([{"id": "a.md", "score": "4/5 stars"}], "q")  # a top-level score is the system's own
+
+
 def test_an_unusable_system_is_told_what_is_accepted(questions: QuestionSet, tmp_path: Path) -> None:
     class VectorStore:  # LangChain's vector stores search, but are no retriever until as_retriever()
         def as_retriever(self) -> None: ...
@@ -296,6 +314,7 @@ def test_a_library_error_suggests_the_apis_words_and_the_cli_its_flags() -> None
     error = ConfigError(f"use another study name ({option('study_name', 'x-2')})", field="name")
     assert str(error) == "field 'name': use another study name (name='x-2')"
     assert error.cli_message() == "field 'name': use another study name (--study-name x-2)"
+    assert error.message == "use another study name (name='x-2')"  # no marker left in what callers read
 
 
 # -- load_pipeline keeps its caches beside its config, not in the current folder --------------------------
@@ -317,3 +336,42 @@ def test_load_pipeline_creates_nothing_in_the_current_folder(
     in_memory = composer.load_pipeline({"retrieval": {"mode": "bm25", "k": 3}}, SAMPLE / "corpus.jsonl")
     assert in_memory.workdir == cache / "composer"
     assert list(elsewhere.iterdir()) == []
+
+
+def test_headers_in_the_llm_block_never_reach_a_trials_config_and_are_masked_anywhere() -> None:
+    """A header may hold a credential (Authorization: Bearer ...): the config a trial records and the
+    export writes leaves headers out, and scrubbing masks such a header wherever one turns up."""
+    from composer.generation.config import GenerationConfig
+    from composer.llm.config import LLMConfig
+    from composer.redact import scrub
+
+    run = LLMConfig(model="openai/m", api_base="http://127.0.0.1:9", max_tokens=200,
+                    params={"top_p": 0.3, "extra_headers": {"Authorization": "Bearer sk-secret"}})
+    recorded = GenerationConfig(model="openai/m").resolved(run)
+    assert recorded.params == {"top_p": 0.3} and recorded.max_tokens == 200
+    assert "sk-secret" not in str(recorded.model_dump())
+    masked = scrub({"params": {"extra_headers": {"Authorization": "Bearer sk-secret", "Cookie": "s=1"}}})
+    assert "sk-secret" not in str(masked) and "s=1" not in str(masked)
+
+
+def test_a_trials_identity_is_what_the_space_builds_before_the_llm_blocks_settings(tmp_path: Path) -> None:
+    """Writing the llm: block's settings into a trial's config must not change its identity: trials of a
+    study recorded before they were written in are still found (repeats) and re-scored (the winner)."""
+    import optuna
+
+    from composer.data.types import Corpus, QuestionSet
+    from composer.llm.config import LLMConfig
+    from composer.study.experiment import ObjectiveConfig
+    from composer.study.runner import StudyData, config_hash
+    from composer.study.space import parse_search_space
+
+    llm = LLMConfig(model="openai/m", api_base="http://127.0.0.1:9", max_tokens=200, params={"seed": 11})
+    space = parse_search_space({"dimensions": {"retrieval.k": {"choices": [3, 5]}}})
+    data = StudyData(corpus=Corpus([], "none"), questions=QuestionSet([], "none"), space=space,
+                     objective_config=ObjectiveConfig(k=3, metrics={"recall": 1.0}), workdir=tmp_path,
+                     llm=llm)
+    trial = optuna.create_study().ask()
+    params = space.params(trial)
+    config, digest = data.configure(params)
+    assert digest == config_hash(data.space.build(params))  # the identity trials had before this round
+    assert config.generation.max_tokens == 200 and config.generation.params == {"seed": 11}

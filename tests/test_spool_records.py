@@ -283,3 +283,66 @@ def test_spool_files_of_another_user_are_refused_and_left_alone(tmp_path: Path) 
     os.chown(root / TABLES / "composer-test" / "texts", 12345, 12345)
     with pytest.raises(Refused, match="owned by another user"):
         read_record(mine, root / TABLES, {})
+
+
+def test_a_spool_file_removed_while_its_orphan_folder_is_released_is_nothing_to_refuse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from composer.tracking import spool as spool_module
+
+    root = tmp_path / "spool"
+    dead = Spool(root)
+    record = dead.put("trial", trial_log(batch(0, 2)))
+    dead._lock.release()  # the tracker died
+    left = Orphans(root)
+    assert left.files == [record]
+    real_refusal = spool_module.refusal
+
+    def removed_first(path: Path) -> str | None:  # the file goes between the listing and its check
+        path.unlink(missing_ok=True)
+        return real_refusal(path)
+
+    monkeypatch.setattr(spool_module, "refusal", removed_first)
+    left.release()  # raised FileNotFoundError, and the writer died
+    monkeypatch.undo()
+    again = Orphans(root)  # the locks were let go: the next writer takes the folder, finds nothing, drops it
+    assert again.files == [] and again.refused == []
+    again.release()
+    assert not dead.owner.exists()
+
+
+def test_names_in_a_record_never_make_paths_outside_their_folder(tmp_path: Path) -> None:
+    """A record is data, and so are the names in it: a chunk table's key (a file under the parent run's
+    chunks/) and a chart's name (plots/<name>.png) are plain file names or the record is refused."""
+    from test_study_writer import writer_for
+
+    from composer.tracking.spool import _Decoder
+
+    decode = _Decoder(memoryview(b""), tmp_path / "tables", {})
+    for key in ("../../escaped", "/abs/escaped", ".hidden"):
+        with pytest.raises(ValueError, match="chunk table"):
+            decode({"$": "chunk-table", "key": key})
+        with pytest.raises(ValueError, match="inline"):  # a keyed table is never rebuilt from the record
+            decode({"$": "ChunkTable", "ids": [], "doc_ids": [], "texts": [], "key": key})
+    writer = writer_for(tmp_path / "work")
+    board = pd.DataFrame({"trial": [0], "state": ["COMPLETE"], "composite": [0.5]})
+    for name in ("../../escaped", "/abs/escaped"):
+        with pytest.raises(ValueError, match="a chart named"):
+            writer.write_study(study_summary(None), board, {name: b"png"})
+    assert not list(tmp_path.rglob("escaped*"))
+
+
+def test_values_a_record_has_no_type_for_are_kept_as_text_never_failing_the_trial(tmp_path: Path) -> None:
+    """A user's system may put anything in what a trial records (a path, a set, an object): the record is
+    what MLflow shows, so such a value is written as its text (or its items), and the trial is recorded."""
+
+    class Opaque:
+        def __str__(self) -> str:
+            return "opaque value"
+
+    spool = Spool(tmp_path / "spool")
+    lost = [(3, {"where": Path("/data/x"), "tags": {"b"}, "obj": Opaque(),
+                 "objects": np.array([Opaque(), 1], dtype=object)}, "why")]
+    back = read_record(spool.put("lost", lost), spool.tables, {})
+    assert back == [(3, {"where": "/data/x", "tags": ["b"], "obj": "opaque value",
+                         "objects": ["opaque value", 1]}, "why")]

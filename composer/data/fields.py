@@ -12,13 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from composer.data.readers import Records
 from composer.errors import InputError
+from composer.unicode import normal_id
 
 _ID_SEPARATORS = re.compile(r"[|;]")
 
@@ -68,13 +68,6 @@ def as_id(value: Any, where: Where, field: str = "id") -> str | None:
         value = int(value)
     text = normal_id(str(value).strip())
     return text or None
-
-
-def normal_id(text: str) -> str:
-    """The form every id read is kept in: NFC (composed). ``café`` typed with a combining accent (NFD, as
-    macOS names files) looks like ``café`` but would never match it: every question labelled with it would
-    score 0 against a corpus that spells it composed."""
-    return unicodedata.normalize("NFC", text)
 
 
 def as_text(value: Any, where: Where, field: str) -> str | None:

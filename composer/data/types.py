@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from composer.unicode import normal_id
 
 if TYPE_CHECKING:
     from composer.documents.report import CorpusReport
@@ -32,6 +35,12 @@ class Document:
     text: str
     title: str = ""
     metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Ids are NFC however the document was made (``normal_id``), so one built in Python matches a
+        retriever's or a run's ids as a loaded one does."""
+        if not unicodedata.is_normalized("NFC", self.id):
+            object.__setattr__(self, "id", normal_id(self.id))
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,13 @@ class Question:
     answers: tuple[str, ...] = ()
     context: tuple[str, ...] = ()
     metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Its id and relevant ids are NFC however it was made (see ``Document``)."""
+        if not unicodedata.is_normalized("NFC", self.id):
+            object.__setattr__(self, "id", normal_id(self.id))
+        if not all(unicodedata.is_normalized("NFC", r) for r in self.relevant_ids):
+            object.__setattr__(self, "relevant_ids", tuple(normal_id(r) for r in self.relevant_ids))
 
     @property
     def gold_answers(self) -> tuple[str, ...]:

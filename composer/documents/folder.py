@@ -6,9 +6,11 @@ A file that gives no document (encrypted, scanned, damaged, empty, too large) is
 row of the report; the others are still read.
 
 Listing a folder follows links whose target is inside it (a link to a folder that holds the link is a
-loop, skipped). A link out of the folder (``notes.md -> /etc/passwd``) is skipped unless ``follow_links``:
-what it points to would be indexed, put in LLM prompts and traced. A FIFO, device or socket is never
-opened (a FIFO blocks), a broken link is reported: each is a row of the report, so ``strict`` fails on it.
+loop, skipped; a folder reached again by another link is skipped, so each file is read once; a link to a
+hidden file or into a hidden folder is skipped, as they are). A link out of the folder
+(``notes.md -> /etc/passwd``) is skipped unless ``follow_links``: what it points to would be indexed, put in
+LLM prompts and traced. A FIFO, device or socket is never opened (a FIFO blocks), a broken link is
+reported: each is a row of the report, so ``strict`` fails on it.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from composer.documents.pdf import read_pdf
 from composer.documents.plain import read_markdown, read_plain
 from composer.documents.report import CorpusReport
 from composer.errors import InputError
-from composer.files import not_regular
+from composer.files import not_regular, open_regular
 from composer.unicode import decode_utf8, invisible_only
 
 logger = logging.getLogger(__name__)
@@ -67,14 +69,15 @@ class Listing:
     unsupported: list[str] = field(default_factory=list)
     """Regular files of other types."""
     skipped: list[SkipRow] = field(default_factory=list)
-    """Entries never opened: links out of the folder, broken links, loops, FIFOs and devices."""
+    """Entries never opened: links out of the folder or to hidden files, broken links, loops, folders reached
+    twice, FIFOs and devices."""
 
 
 def list_folder(root: Path, *, follow_links: bool = False) -> Listing:
     """Everything below ``root`` but hidden files and folders (see the module docstring for links). Ids are
     NFC, so a folder written on macOS (NFD names) has the ids its question set types."""
     listing = Listing()
-    _walk(root, None, root, (Path(os.path.realpath(root)),), follow_links, listing, {})
+    _walk(root, None, root, (Path(os.path.realpath(root)),), follow_links, listing, {}, {})
     listing.files.sort()
     listing.unsupported.sort()
     listing.skipped.sort()
@@ -89,13 +92,17 @@ def _walk(
     follow_links: bool,
     listing: Listing,
     seen: dict[str, str],
+    walked: dict[tuple[int, int], str],
 ) -> None:
     """Lists ``folder`` (``folder_id`` below ``root``, None for the root) into ``listing``. ``ancestors`` are
     the real paths of the folders walked down to it, the root's first (a link to one of them is a loop);
-    ``seen`` maps the ids given so far to the names that gave them."""
+    ``seen`` maps the ids given so far to the names that gave them, ``walked`` the folders listed so far
+    (device, inode) to their ids: two links to one folder, or a chain of folders each holding two links to
+    the next (2**n paths), list each folder once. Real folders are listed before links, so a folder beside
+    a link to it keeps its own ids."""
     try:
         with os.scandir(folder) as it:
-            entries = sorted(it, key=lambda e: e.name)
+            entries = sorted(it, key=lambda e: (e.is_symlink(), e.name))
     except OSError as e:
         if folder_id is None:
             raise InputError(f"cannot read folder: {e.strerror or e}", path=root) from e
@@ -112,19 +119,22 @@ def _walk(
             continue
         seen[doc_id] = name
         try:
-            mode, real = _examine(entry, ancestors, follow_links)
+            info, real = _examine(entry, ancestors, follow_links)
         except Skipped as skip:
             listing.skipped.append((doc_id, skip.reason, skip.message))
             continue
         except OSError as e:  # it vanished since the listing, or cannot be examined
             listing.skipped.append((doc_id, "unreadable", f"cannot read: {e.strerror or e}"))
             continue
-        if stat.S_ISDIR(mode):
+        if stat.S_ISDIR(info.st_mode):
             if real in ancestors:
                 listing.skipped.append((doc_id, "link loop", f"a link to {real}, a folder that holds it"))
+            elif (first := walked.get((info.st_dev, info.st_ino))) is not None:
+                listing.skipped.append((doc_id, "duplicate folder", f"{real}, already read as {first}"))
             else:
-                _walk(Path(entry.path), doc_id, root, (*ancestors, real), follow_links, listing, seen)
-        elif (kind := not_regular(mode)) is not None:
+                walked[info.st_dev, info.st_ino] = doc_id
+                _walk(Path(entry.path), doc_id, root, (*ancestors, real), follow_links, listing, seen, walked)
+        elif (kind := not_regular(info.st_mode)) is not None:
             listing.skipped.append((doc_id, "special file", f"{kind}, not a regular file: never opened"))
         elif Path(entry.name).suffix.lower() in DOCUMENT_EXTENSIONS:
             listing.files.append((doc_id, Path(entry.path)))
@@ -132,14 +142,16 @@ def _walk(
             listing.unsupported.append(doc_id)
 
 
-def _examine(entry: os.DirEntry[str], ancestors: tuple[Path, ...], follow_links: bool) -> tuple[int, Path]:
-    """(mode, real path) of what ``entry`` is, a link followed; Skipped for a link that leads nowhere, to
-    itself, or (unless ``follow_links``) out of the folder."""
+def _examine(
+    entry: os.DirEntry[str], ancestors: tuple[Path, ...], follow_links: bool
+) -> tuple[os.stat_result, Path]:
+    """(stat, real path) of what ``entry`` is, a link followed; Skipped for a link that leads nowhere, to
+    itself, to a hidden file or folder of the root, or (unless ``follow_links``) out of the folder."""
     if not entry.is_symlink():
-        return entry.stat(follow_symlinks=False).st_mode, ancestors[-1] / entry.name
+        return entry.stat(follow_symlinks=False), ancestors[-1] / entry.name
     target = os.readlink(entry.path)
     try:
-        mode = os.stat(entry.path).st_mode
+        info = os.stat(entry.path)
     except FileNotFoundError:
         raise Skipped("broken link", f"a link to {target}, which does not exist") from None
     except OSError as e:
@@ -150,7 +162,11 @@ def _examine(entry: os.DirEntry[str], ancestors: tuple[Path, ...], follow_links:
     if not follow_links and not real.is_relative_to(ancestors[0]):
         raise Skipped("outside the folder", f"a link to {real}, outside the folder: not read (to read "
                       "what links out of the folder: --follow-links, or follow_links=True)")
-    return mode, real
+    inside = real.relative_to(ancestors[0]).parts if real.is_relative_to(ancestors[0]) else ()
+    if any(part.startswith(".") for part in inside):
+        raise Skipped("hidden", f"a link to {real}, hidden (a name starting with '.'): not read, as hidden "
+                      "files are not")
+    return info, real
 
 
 def read_documents(
@@ -233,17 +249,25 @@ def _extract(path: Path, ext: str, cache: DocumentCache | None) -> tuple[Extract
 
 
 def _bytes(path: Path) -> bytes:
+    """The file's bytes, read from one open file checked regular (a file swapped for a FIFO since the listing
+    does not block) and at most ``MAX_FILE_BYTES + 1`` of them (a file that grows, or a device, does not
+    fill memory)."""
     try:
         info = path.stat()
         if (kind := not_regular(info.st_mode)) is not None:  # it changed since the listing: never open it
             raise Skipped("special file", f"{kind}, not a regular file: never opened")
-        size = info.st_size
+        with open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(MAX_FILE_BYTES + 1) if size <= MAX_FILE_BYTES else b""
+        size = max(size, len(data))
         if size > MAX_FILE_BYTES:
             limit = MAX_FILE_BYTES / 2**20
             raise Skipped("too large", f"too large ({size / 2**20:.1f} MB; the limit is {limit:.0f} MB)")
         if size == 0:
             raise Skipped("empty", "empty file")
-        return path.read_bytes()
+        return data
+    except InputError as e:  # it changed (vanished, or became a FIFO) between the check above and the open
+        raise Skipped("unreadable", f"it changed while the folder was read: {e.message}") from e
     except FileNotFoundError as e:
         raise Skipped("unreadable", "the file vanished while the folder was read") from e
     except OSError as e:

@@ -338,14 +338,16 @@ class _Batches:
 
     def report_steps(self, on_batch: BatchHook, batch_size: int, total: int, info: dict[str, Any]) -> None:
         """Report the report so far at every ``batch_size`` questions now scored: a batch of the whole set
-        (no LLM) makes several pruning steps at once, each over its first questions."""
+        (no LLM) makes several pruning steps at once, each over its first questions. The tables are joined
+        once a call, not once a step."""
+        joined: SampleTable | None = None
         while self.steps * batch_size < self.scored:
             end = min((self.steps + 1) * batch_size, total)
             if end > self.scored:
                 break
             with _timed(self.seconds, "steps"):
-                so_far = concat_tables(self.tables).head(end)
-                on_batch(self.steps, EvaluationReport(so_far, self.ks, self.mode, info))
+                joined = concat_tables(self.tables) if joined is None else joined
+                on_batch(self.steps, EvaluationReport(joined.head(end), self.ks, self.mode, info))
             self.steps += 1
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import numbers
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -105,7 +106,7 @@ def as_hit(item: Any, rank: int, question: str) -> Hit:
     item_id = next((fields[k] for k in ID_KEYS if fields.get(k) not in (None, "")), None)
     given = fields.get("score")
     if given is None:  # a LangChain Document keeps a retriever's score in its metadata
-        given = next((metadata[k] for k in METADATA_SCORE_KEYS if metadata.get(k) is not None), None)
+        given = next((float(metadata[k]) for k in METADATA_SCORE_KEYS if _finite_real(metadata.get(k))), None)
     if item_id is None:
         item_id = next((metadata[k] for k in METADATA_ID_KEYS if metadata.get(k) not in (None, "")), None)
     if item_id is None:
@@ -132,6 +133,12 @@ def as_hit(item: Any, rank: int, question: str) -> Hit:
 def _attributes(item: Any) -> dict[str, Any]:
     names = (*ID_KEYS, *TEXT_KEYS, "score", "metadata", "ref_doc_id")
     return {name: getattr(item, name) for name in names if getattr(item, name, None) is not None}
+
+
+def _finite_real(value: object) -> bool:
+    """Whether a metadata value is a score: metadata is the user's own (``"score": "4/5 stars"``), so one
+    that is no finite real number (numpy's included, bools not) is no score rather than an error."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _score(value: Any, rank: int, question: str) -> float:

@@ -11,6 +11,9 @@ from composer.llm.config import LLMConfig, check_env_name, check_params, derive_
 from composer.settings import Strict
 
 DEFAULT_MAX_TOKENS = LLMConfig.model_fields["max_tokens"].default
+HEADER_PARAMS = ("extra_headers", "headers")
+"""litellm parameters that set HTTP headers (an ``Authorization`` among them): left out of the config a
+trial records and ``composer export`` writes."""
 
 
 class GenerationConfig(Strict):
@@ -73,12 +76,14 @@ class GenerationConfig(Strict):
         if config is None:
             return self
         max_tokens = config.max_tokens if config.max_tokens != DEFAULT_MAX_TOKENS else None
+        # Headers reach the endpoint, not the answer, and may hold a credential: never recorded.
+        params = {k: v for k, v in config.params.items() if k not in HEADER_PARAMS}
         return GenerationConfig.model_validate(
             {
                 **self.model_dump(),
                 "api_base": config.api_base,
                 "api_key_env": config.api_key_env,
                 "max_tokens": max_tokens,
-                "params": dict(config.params),
+                "params": params,
             }
         )

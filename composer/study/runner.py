@@ -118,12 +118,16 @@ class StudyData:
     def ks(self) -> tuple[int, ...]:
         return tuple(sorted({*DEFAULT_KS, self.objective_config.k}))
 
-    def configure(self, params: Mapping[str, Any]) -> Configured:
+    def configure(self, params: Mapping[str, Any]) -> tuple[Configured, str]:
         """A trial's parameters as what it runs: a pipeline config (with what the ``llm:`` block gives its
-        generator written out, so its export answers alike), or its factory's settings."""
+        generator written out, so its export answers alike), or its factory's settings; and its identity
+        (``config_hash``) taken before the ``llm:`` block's settings are written in, as trials recorded
+        before they were had it: a resumed study still finds its earlier trials and re-scores its winner."""
         if self.system is not None:
-            return self.space.settings(params)
-        return self.space.build(params).resolved(self.llm)
+            settings = self.space.settings(params)
+            return settings, config_hash(settings)
+        built = self.space.build(params)
+        return built.resolved(self.llm), config_hash(built)
 
     def pipeline(self, config: Configured) -> Pipeline | SystemPipeline:
         """What produces the trial's batches: Composer's pipeline, or the user's system."""
@@ -140,8 +144,8 @@ class StudyData:
     def rebuild(self, params: Mapping[str, Any], digest: str) -> Pipeline | SystemPipeline:
         """A finished trial's pipeline (or system) from its parameters, indexed: the stored config has its
         credentials masked, so the held-out re-score rebuilds it, and checks it is the one that ran."""
-        config = self.configure(params)
-        if config_hash(config) != digest:
+        config, identity = self.configure(params)
+        if identity != digest:
             raise ComposerError("the search space or the llm: block changed since the trial ran")
         pipeline = self.pipeline(config)
         pipeline.index(self.corpus)
@@ -247,14 +251,14 @@ class TrialRunner:
 
         started = datetime.now(timezone.utc)
         try:
-            config = self.data.configure(self.data.space.params(trial))
+            config, digest = self.data.configure(self.data.space.params(trial))
         except ComposerError as exc:  # an invalid combination of sampled values
             TrialRecord(dict(trial.params), "", self.worker, error=str(exc), failure="invalid").save(trial)
             self._emit(
                 TrialLog(trial.number, dict(trial.params), started, "FAIL", tags={"composer.error": str(exc)})
             )
             raise
-        record = TrialRecord(config_dict(config), config_hash(config), self.worker)
+        record = TrialRecord(config_dict(config), digest, self.worker)
         earlier = completed_with(trial.study, record.config_hash)
         if earlier is not None:
             return self._repeat(trial, record, config, earlier, started)

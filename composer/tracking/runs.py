@@ -24,7 +24,7 @@ from composer.data.ranking import ChunkTable
 from composer.errors import InputError, option
 from composer.evaluation.artifacts import QUESTION_TABLE, Memo
 from composer.evaluation.report import report_files
-from composer.files import write_atomic
+from composer.files import plain_name, write_atomic
 from composer.locks import FileLock
 from composer.mlflow_store import prepare_mlflow_store
 from composer.redact import flatten, scrub, scrub_url
@@ -131,6 +131,8 @@ class RunWriter:
             self.claims.close()
         mlflow.set_tracking_uri(tracking_uri)  # traces and the fluent run context follow this URI
         self._tables_logged: set[str] | None = None
+        self._lead_composite: float | None = None
+        """The parent run's composite as this writer last read or raised it (``_lead``)."""
         self.traces_skipped = 0
         self.expectations = expectations or {}
         self.memo = Memo()
@@ -322,14 +324,17 @@ class RunWriter:
         """The parent run's ``composite`` raised to a complete trial's that beats it. MLflow sorts runs
         without the metric last: ``composer ui`` opens the runs sorted by composite, and without it the
         study's run came after all its trials (with over 100 of them, not even on the first page, so they
-        were listed on their own instead of nested under it). Read before it is raised: another worker's
-        writer may have raised it further."""
+        were listed on their own instead of nested under it). Read from the store once a writer, then kept
+        here (a store read a trial cost the writer's hot path); another worker's writer may raise it past
+        this one's, and the study's end writes its best in any case (``write_study``)."""
         value = log.metrics.get(COMPOSITE)
         if log.state != "COMPLETE" or not isinstance(value, int | float) or value != value:
             return
-        current = self.client.get_run(self.parent_run_id).data.metrics.get(COMPOSITE)
-        if current is None or value > current:
+        if self._lead_composite is None:
+            self._lead_composite = self.client.get_run(self.parent_run_id).data.metrics.get(COMPOSITE)
+        if self._lead_composite is None or value > self._lead_composite:
             self.client.log_metric(self.parent_run_id, COMPOSITE, float(value), step=self.segment)
+            self._lead_composite = float(value)
 
     def write_late_traces(self, log: TrialLog, why: str) -> None:
         """The traces a trial's run went without (the writer was behind), written now into its run: the
@@ -416,7 +421,7 @@ class RunWriter:
         """The texts of the index a trial searched, once per study under the parent run's ``chunks/``:
         trial traces.jsonl name chunks by id instead of repeating every text in every trial."""
         table = getattr(report.table.retrieved, "table", None)
-        if not isinstance(table, ChunkTable) or not table.key:
+        if not isinstance(table, ChunkTable) or not plain_name(table.key):  # the key names a file
             return
         if self._tables_logged is None:
             self._tables_logged = {
@@ -544,6 +549,8 @@ class RunWriter:
             if plots:
                 (out / "plots").mkdir()
                 for name, png in plots.items():
+                    if not plain_name(name):  # the name came from a spool record: it names a file
+                        raise ValueError(f"a chart named {name!r}")
                     write_atomic(out / "plots" / f"{name}.png", png)
             self.client.log_artifacts(self.parent_run_id, str(out))
 

@@ -40,7 +40,7 @@ from composer.data.columns import TextColumn
 from composer.data.ranking import ChunkTable, Ranking
 from composer.data.types import Hit
 from composer.evaluation.report import EvaluationReport, SampleTable, StageError
-from composer.files import atomic_output, not_regular
+from composer.files import atomic_output, not_regular, plain_name
 from composer.locks import FileLock
 from composer.tracking.summary import (
     Contender,
@@ -264,13 +264,15 @@ class _Encoder:
             return obj
         if isinstance(obj, Mapping):
             return self.encode(dict(obj))
-        if isinstance(obj, Sequence):
+        if isinstance(obj, Sequence | set | frozenset):
             return self.encode(list(obj))
-        raise TypeError(f"a spool record cannot hold a {kind.__name__}")
+        # Anything else (a path, an object a user's system put in its answer's metadata) as its text: a
+        # record is what MLflow shows, and recording must never fail a trial that ran.
+        return str(obj)
 
-    def _array(self, array: npt.NDArray[Any]) -> dict[str, Any]:
-        if array.dtype.hasobject:
-            raise TypeError("a spool record cannot hold an array of Python objects")
+    def _array(self, array: npt.NDArray[Any]) -> Any:
+        if array.dtype.hasobject:  # Python objects: as the list they hold, never as raw bytes
+            return self.encode(array.tolist())
         array = np.ascontiguousarray(array)
         padding = -self.size % ALIGN
         self.arrays.append((array, padding))
@@ -337,6 +339,8 @@ class _Decoder:
                 return EvaluationReport(node["table"], node["ks"], node["match_mode"], node["meta"])
             case "DataFrame":
                 return _frame(node)
+            case "ChunkTable" if node.get("key"):  # a keyed table is named, never given inline
+                raise ValueError("a chunk table with a key given inline")
             case str(name) if name in _CLASSES:
                 return _CLASSES[name](**{k: v for k, v in node.items() if k != TAG})
             case other:
@@ -355,7 +359,7 @@ class _Decoder:
     def _table(self, key: Any) -> ChunkTable:
         """The chunk table spooled under ``key``, mapped from its columns, once: a key is a plain name, and
         its folder and files must be the user's own."""
-        if not isinstance(key, str) or not key or key.startswith(".") or Path(key).name != key:
+        if not plain_name(key):
             raise ValueError(f"no chunk table {key!r}")
         if key not in self.cache:
             folder = self.tables / key
@@ -439,7 +443,8 @@ class Orphans:
         files go, and the folder too unless it keeps files set aside or not the user's own."""
         for folder, owner, writer in self._held:
             left = list(folder.iterdir()) if folder.is_dir() else []
-            kept = [p for p in left if p.name.endswith(ASIDE) or refusal(p) is not None]
+            # a file removed since the listing (by the user, say) is nothing to refuse: absent ones pass
+            kept = [p for p in left if p.name.endswith(ASIDE) or _first_refused([p]) is not None]
             if not any(p.suffix == RECORD for p in left if p not in kept):
                 if not kept:
                     shutil.rmtree(folder, ignore_errors=True)
