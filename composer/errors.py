@@ -103,7 +103,9 @@ class InputError(ComposerError):
         line: int | None = None,
         field: str | None = None,
     ) -> None:
-        self._message = message
+        self.raw_message = message
+        """The message as raised, its options still marked (``option``): what to raise again elsewhere (in
+        another process, under another location) so that each caller still reads it in its own words."""
         self.path = str(path) if path is not None else None
         self.line = line
         self.field = field
@@ -112,7 +114,7 @@ class InputError(ComposerError):
     @property
     def message(self) -> str:
         """What is wrong, the options it suggests in the API's words (see ``option``)."""
-        return _spoken(self._message, cli=False)
+        return _spoken(self.raw_message, cli=False)
 
     def location_message(self) -> str:
         """The message prefixed with where it is: ``path:line (field 'key'): message``."""
@@ -123,7 +125,7 @@ class InputError(ComposerError):
                 where += f":{self.line}"
         if self.field:
             where += f" (field '{self.field}')" if where else f"field '{self.field}'"
-        return f"{where}: {self._message}" if where else self._message
+        return f"{where}: {self.raw_message}" if where else self.raw_message
 
 
 class ConfigError(InputError):

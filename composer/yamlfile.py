@@ -21,11 +21,12 @@ def read_yaml(path: str | Path, *, what: str = "file") -> Any:
         with open_regular(p) as f:  # a FIFO would block and /dev/zero never end
             data = f.read()
     except InputError as exc:
-        raise ConfigError(f"{what} not found" if not os.path.lexists(p) else exc.message, path=p) from None
+        why = f"{what} not found" if not os.path.lexists(p) else exc.raw_message
+        raise ConfigError(why, path=p) from None
     try:
         text = decode_utf8(data, p)
     except InputError as exc:
-        raise ConfigError(exc.message, path=p, line=exc.line) from None
+        raise ConfigError(exc.raw_message, path=p, line=exc.line) from None
     try:
         return _load(text, p)
     except yaml.YAMLError as exc:

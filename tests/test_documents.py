@@ -11,6 +11,7 @@ import zipfile
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 from typer.testing import CliRunner
@@ -395,19 +396,19 @@ EXPECTED_SKIPS = {
 
 @pytest.fixture
 def bad_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every kind of bad file beside one good one; ``gone.docx`` vanishes between listing and reading and
-    ``big.html`` is over a lowered size limit (instead of writing 200 MB)."""
+    """Every kind of bad file beside one good one; ``gone.docx`` vanishes between listing and reading (just
+    before it is opened) and ``big.html`` is over a lowered size limit (instead of writing 200 MB)."""
     root = tmp_path / "docs"
     _bad_folder(root)
     monkeypatch.setattr(folder_module, "MAX_FILE_BYTES", 100_000)
-    original = Path.read_bytes
+    original = folder_module.open_regular
 
-    def vanishing(self: Path) -> bytes:
-        if self.name == "gone.docx" and self.exists():
-            self.unlink()
-        return original(self)
+    def vanishing(path: Path) -> BinaryIO:
+        if path.name == "gone.docx" and path.exists():
+            path.unlink()
+        return original(path)
 
-    monkeypatch.setattr(Path, "read_bytes", vanishing)
+    monkeypatch.setattr(folder_module, "open_regular", vanishing)
     return root
 
 

@@ -267,6 +267,8 @@ def _bytes(path: Path) -> bytes:
             raise Skipped("empty", "empty file")
         return data
     except InputError as e:  # it changed (vanished, or became a FIFO) between the check above and the open
+        if not os.path.lexists(path):
+            raise Skipped("unreadable", "the file vanished while the folder was read") from e
         raise Skipped("unreadable", f"it changed while the folder was read: {e.message}") from e
     except FileNotFoundError as e:
         raise Skipped("unreadable", "the file vanished while the folder was read") from e

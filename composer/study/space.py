@@ -262,10 +262,11 @@ def parse_search_space(
     except ConfigError as exc:
         if argument is not None:
             # Located by the argument's own subscripts where a file would be: 'space["b"]["low"]: ...'.
-            raise ConfigError(exc.message, path=_argument_field(exc.field, full, flat, argument)) from None
+            where = _argument_field(exc.field, full, flat, argument)
+            raise ConfigError(exc.raw_message, path=where) from None
         if flat and exc.field is not None:  # the keys as the file has them, without the full form's
             field = exc.field.removeprefix("dimensions.")
-            raise ConfigError(exc.message, path=exc.path, field=field) from None
+            raise ConfigError(exc.raw_message, path=exc.path, field=field) from None
         raise
 
 

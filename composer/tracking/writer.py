@@ -316,7 +316,7 @@ def serve(inbox: Connection, outbox: Connection) -> None:
         )
     except InputError as exc:
         left.release()
-        outbox.send(("error", exc.message, exc.field))
+        outbox.send(("error", exc.raw_message, exc.field))
         return
     except ComposerError as exc:
         left.release()
