@@ -132,8 +132,8 @@ def report(work: Path, wall: float, peak_gb: float, peak_pss_gb: float, peak_one
     import optuna
     from mlflow import MlflowClient
 
+    from composer.record import TrialRecord
     from composer.study._report import encode_summary
-    from composer.study.record import TrialRecord
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name="autorag-arcd", storage=f"sqlite:///{work / 'optuna.db'}")

@@ -194,8 +194,9 @@ def audit(experiment: Path) -> Audit:
     import optuna
     from mlflow import MlflowClient
 
+    from composer.record import TrialRecord
     from composer.study.experiment import load_experiment
-    from composer.study.record import TrialRecord, failure_of
+    from composer.study.fate import failure_of
 
     exp = load_experiment(experiment)
     study = optuna.load_study(study_name=exp.name, storage=exp.storage_url)
@@ -254,7 +255,7 @@ def _params(trial: Any) -> str:
 def leaderboard_rows(trials: list[Any]) -> list[tuple[Any, ...]]:
     """(state, composite, configuration) of every finished trial, repeats included: trial numbers differ
     between a drilled study and an uninterrupted one (a retry takes a new number), nothing else may."""
-    from composer.study.record import TrialRecord
+    from composer.record import TrialRecord
 
     rows = []
     for t in trials:

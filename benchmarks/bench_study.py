@@ -64,8 +64,8 @@ def main() -> None:
 def report(work: Path, wall: float, peak_gb: float) -> None:
     import optuna
 
+    from composer.record import TrialRecord
     from composer.study._report import encode_summary
-    from composer.study.record import TrialRecord
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name="arcd-retrieval", storage=f"sqlite:///{work / 'optuna.db'}")

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from composer.errors import ConfigError, config_error
-from composer.protocols import CorpusSource, Evaluable, Questions, SystemFactory
+from composer.protocols import CorpusSource, Evaluable, Questions, Split, SystemFactory
 
 if TYPE_CHECKING:
     from composer.data.types import Corpus, QuestionSet
+    from composer.evaluation.gate import Scores
     from composer.evaluation.report import EvaluationReport
     from composer.evaluation.scoring import Judging, RankingPipeline
     from composer.pipeline.config import PipelineConfig
@@ -46,6 +47,11 @@ def evaluate(
     concurrency: int = 8,
     workdir: str | Path | None = None,
     mlflow: str | Mapping[str, Any] | bool | None = None,
+    split: Split = "all",
+    baseline: Evaluable | EvaluationReport | None = None,
+    objective: str | Path | Mapping[str, float] | None = None,
+    gate_metric: str = "composite",
+    margin: float = 0.0,
 ) -> EvaluationReport:
     """Score ``system`` on ``questions``: retrieval metrics at every cutoff in ``k``, answer metrics when
     it answers, LLM judges with ``judge``; bootstrap CIs, latency per question and failures counted.
@@ -70,9 +76,18 @@ def evaluate(
         workdir: Where caches (judge replies, indexes) live; default ``.composer``.
         mlflow: Log the report as an MLflow run: a tracking URI, ``{"tracking_uri", "experiment",
             "run_name"}``, or True for ``<workdir>/mlflow.db``.
+        split: With ``system`` an exported best.yaml: score only the study's ``selection`` or
+            ``held_out`` questions, split as the study split them.
+        baseline: The CI gate: an earlier report, an ``eval --out`` folder, or any system this function
+            takes, scored on the same questions; ``report.gate`` then holds the verdict.
+        objective: Weights (``{"recall@10": 1, "ndcg@10": 1}``, ``"recall@10=1,ndcg@10=1"``) or a YAML
+            file whose composite the report carries (default: the exported ``system``'s objective).
+        gate_metric: What the gate compares: ``composite`` or one metric (``ndcg@10``).
+        margin: The gate's tolerance: a drop in the mean up to this passes, unless significant.
 
     Returns:
-        The report: ``report.means()``, ``report.stats()``, ``report.summary()``, ``report.save(path)``.
+        The report: ``report.means()``, ``report.stats()``, ``report.summary()``, ``report.save(path)``;
+        ``report.gate.passed`` with a baseline.
 
     Raises:
         ConfigError: A bad config, metric or judge (naming the key or argument), or ``judge`` given for a
@@ -91,12 +106,40 @@ def evaluate(
             )
             print(report.means()["recall@5"])
     """
-    from composer.evaluation.scoring import score_pipeline
+    from composer.evaluation.gate import run_gate, stated_objective, with_objective
 
     work = Path(workdir) if workdir is not None else DEFAULT_WORKDIR
     docs = _corpus(corpus)
-    question_set = _questions(questions, docs)
+    question_set = _split(_questions(questions, docs), system, split)
     judging = _judging(judge, metrics, work)
+    if baseline is None and (gate_metric != "composite" or margin):
+        raise ConfigError("gate_metric= and margin= set the CI gate: give baseline=", field="baseline")
+    stated = stated_objective(objective, system, baseline)
+    report = _score(system, question_set, docs, judging, k, work, concurrency)
+    if stated is not None:
+        report = with_objective(report, *stated)
+    if baseline is not None:
+        old = _baseline(baseline, question_set, docs, judging, k, work, concurrency)
+        verdict = run_gate(report, question_set.source, old, metric=gate_metric, margin=margin)
+        report = report.with_gate(verdict)
+    if mlflow:
+        _log_to_mlflow(report, mlflow, work)
+    return report
+
+
+def _score(
+    system: Any,
+    question_set: QuestionSet,
+    docs: Corpus | None,
+    judging: Judging | None,
+    k: Sequence[int],
+    work: Path,
+    concurrency: int,
+) -> EvaluationReport:
+    """``system``'s report on the questions (indexing ``docs`` first when it indexes)."""
+    from composer.data.types import Corpus
+    from composer.evaluation.scoring import score_pipeline
+
     producer = _producer(system, docs, work, concurrency)
     if judging is not None and not producer.can_answer:
         raise ConfigError(
@@ -110,8 +153,6 @@ def evaluate(
         info = index(docs)
         if info is not None:
             meta["index"] = {"key": info.key, "chunks": info.n_chunks, "reused": info.reused}
-    from composer.data.types import Corpus
-
     scored = score_pipeline(
         producer,
         question_set,
@@ -120,10 +161,42 @@ def evaluate(
         ks=k,
         batch_size=max(len(question_set), 1) if not producer.batched(True) else 100,
     )
-    report = scored.report.with_meta(meta)
-    if mlflow:
-        _log_to_mlflow(report, mlflow, work)
-    return report
+    return scored.report.with_meta(meta)
+
+
+def _split(questions: QuestionSet, system: Any, split: Split) -> QuestionSet:
+    """The study's ``split`` of the questions, which only an exported best.yaml (as ``system``) records."""
+    from composer.evaluation.splits import study_split
+
+    if split not in ("all", "selection", "held_out"):
+        raise ConfigError(f"expected all, selection or held_out, got {split!r}", field="split")
+    exported = isinstance(system, str | Path) and Path(system).suffix.lower() in PIPELINE_SUFFIXES
+    if split != "all" and not exported:
+        raise ConfigError("the study's split is read from its exported best.yaml: give its path as system",
+                          field="split")
+    return study_split(questions, Path(str(system)), split)
+
+
+def _baseline(
+    baseline: Any,
+    question_set: QuestionSet,
+    docs: Corpus | None,
+    judging: Judging | None,
+    k: Sequence[int],
+    work: Path,
+    concurrency: int,
+) -> Scores:
+    """What the gate compares against: an earlier report, an ``eval --out`` folder, or any system
+    ``evaluate`` takes, scored here on the same questions."""
+    from composer.evaluation.gate import Scores, read_scores
+    from composer.evaluation.report import EvaluationReport
+
+    if isinstance(baseline, EvaluationReport):
+        return Scores.of(baseline, "baseline=")
+    if isinstance(baseline, str | Path) and Path(baseline).is_dir():
+        return read_scores(Path(baseline))
+    name = str(baseline) if isinstance(baseline, str | Path) else "baseline="
+    return Scores.of(_score(baseline, question_set, docs, judging, k, work, concurrency), name)
 
 
 def _corpus(corpus: Any) -> Corpus | None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, Union
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, Union
 
 if TYPE_CHECKING:
     from composer.data.types import Corpus, QuestionSet
@@ -145,3 +145,7 @@ CorpusSource: TypeAlias = Union["Corpus", Records]
 Evaluable: TypeAlias = Union[System, "Pipeline", "PipelineConfig", str, Path, Mapping[str, Any]]
 """What ``composer.evaluate`` scores: a ``System``, a ``Pipeline``, a pipeline config (YAML path, dict,
 ``PipelineConfig``) or a run (run file path, or a ``Run`` mapping)."""
+
+Split: TypeAlias = Literal["all", "selection", "held_out"]
+"""Which of a study's questions to score (``composer.evaluate(split=...)``, ``eval --split``): all, the
+selection questions its trials were scored on, or those it held out (the split an export records)."""

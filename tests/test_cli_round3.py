@@ -3,16 +3,17 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from ended_trials import ended_trial
+from optuna.trial import FrozenTrial
 from sample_study import write_sample_study
 from typer.testing import CliRunner
 
 from composer.cli.app import app
-from composer.study.record import TrialLog
+from composer.tracking.trial import TrialReport
 
 SPACE = "dimensions:\n  retrieval.mode: {choices: [bm25]}\n  retrieval.k: {type: int, low: 1, high: 20}\n"
 EXPERIMENT = """name: r3cli
@@ -160,7 +161,7 @@ def test_ui_on_loopback_does_not_warn(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def _mlflow_log(number: int, state: str, metrics: dict[str, float], questions: tuple[str, str] = ("a?", "b?"),
-                answers: tuple[str, str] | None = None) -> TrialLog:
+                answers: tuple[str, str] | None = None) -> tuple[FrozenTrial, TrialReport]:
     import numpy as np
     from test_study_writer import TABLE
 
@@ -170,8 +171,8 @@ def _mlflow_log(number: int, state: str, metrics: dict[str, float], questions: t
     ranking = Ranking(("q1", "q2"), np.array([[0, 1], [2, -1]]), np.array([[0.9, 0.5], [0.7, 0.0]]), TABLE)
     table = SampleTable(("q1", "q2"), questions, metrics={"recall@1": np.array([1.0, 0.0])},
                         retrieved=ranking, **({"answers": answers} if answers is not None else {}))
-    return TrialLog(number, {"retrieval": {"mode": "bm25", "k": 2}}, datetime.now(timezone.utc), state,
-                    metrics=metrics, report=EvaluationReport(table, (1,), "document"))
+    return ended_trial(number, {"retrieval": {"mode": "bm25", "k": 2}}, state, metrics=metrics,
+                       report=EvaluationReport(table, (1,), "document"))
 
 
 def test_the_composite_is_a_trials_first_metric_and_the_study_run_sorts_first_by_it(tmp_path: Path) -> None:
@@ -183,7 +184,7 @@ def test_the_composite_is_a_trials_first_metric_and_the_study_run_sorts_first_by
     for number, state, value in ((0, "COMPLETE", 0.7), (1, "COMPLETE", 0.9), (2, "PRUNED", 0.95),
                                  (3, "COMPLETE", 0.8), (4, "FAIL", 0.99)):
         metrics = {"hit_rate@1": 1.0, "recall@5": 0.5, "composite": value}
-        writer.write_trial(_mlflow_log(number, state, metrics))
+        writer.write_trial(*_mlflow_log(number, state, metrics))
     client = MlflowClient(writer.tracking_uri)
     run = client.get_run(writer.logged[0][0])
     assert next(iter(run.data.metrics)) == "composite"
@@ -203,7 +204,7 @@ def test_a_trace_lists_its_arabic_question_and_answer_as_text(tmp_path: Path) ->
 
     writer = writer_for(tmp_path)
     question, answer = "ما هي عاصمة مصر؟", "القاهرة"
-    writer.write_trial(_mlflow_log(0, "COMPLETE", {"composite": 0.5}, questions=(question, "سؤال آخر؟"),
+    writer.write_trial(*_mlflow_log(0, "COMPLETE", {"composite": 0.5}, questions=(question, "سؤال آخر؟"),
                                    answers=(answer, "")))
     mlflow.flush_trace_async_logging()
     traces = MlflowClient(writer.tracking_uri).search_traces(locations=[writer.experiment_id])

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from ended_trials import scripted_runner
 from sample_study import write_sample_study
 
 from composer.study import _optimize
@@ -70,7 +71,7 @@ def test_ctrl_c_between_the_heartbeat_start_and_the_trial_leaves_no_thread_beati
     storage = make_storage(f"sqlite:///{tmp_path / 'optuna.db'}", heartbeat_interval=1)
     study = optuna.create_study(storage=storage, study_name="s")
     ran: list[int] = []
-    objective = _optimize.StudyObjective(None, lambda trial: ran.append(trial.number) or 1.0, None)
+    objective = scripted_runner(lambda trial: ran.append(trial.number) or 1.0, None)
 
     with pytest.raises(KeyboardInterrupt):
         _optimize.optimize(study, objective, timeout=None, callback=lambda study, trial: None)

@@ -193,12 +193,27 @@ def test_a_collection_of_this_work_dir_must_hold_the_caches_vectors_to_the_bit(
     copy: Path, data: tuple[Corpus, QuestionSet], caplog: pytest.LogCaptureFixture
 ) -> None:
     """After its cache was encoded again to other last bits, the index is rebuilt to match it, so the work
-    dir scores as a fresh one holding that cache would."""
+    dir scores as a fresh one holding that cache would. (An index reopens from the vectors its build
+    saved, not from the cache: the saved index is removed here, as in a work dir from before it.)"""
     nudge_cached_vectors(copy)
+    shutil.rmtree(copy / "indexes")
     with caplog.at_level("WARNING", logger="composer.pipeline.indexing"):
         info, _ = run(copy, data)
     assert "it was built from other dense vectors than the corpus and embedding cache give" in caplog.text
     assert not info.reused and info.embeddings_computed == 0
+
+
+def test_a_saved_index_reopens_with_its_own_vectors_whatever_the_cache_holds(
+    copy: Path, clean: tuple[Path, str, dict[str, float]], data: tuple[Corpus, QuestionSet],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The saved index holds the vectors its collection was built from: a re-encoded cache does not
+    rebuild it (nor is it read for the passages)."""
+    nudge_cached_vectors(copy)
+    with caplog.at_level("WARNING", logger="composer.pipeline.indexing"):
+        info, _ = run(copy, data)
+    assert caplog.text == ""
+    assert info.reused and (info.embeddings_computed, info.embeddings_reused) == (0, 0)
 
 
 def test_a_server_collection_built_by_a_worker_elsewhere_is_reused_within_float_tolerance(
@@ -231,8 +246,8 @@ def test_an_unreadable_embedding_cache_is_moved_aside_and_the_run_scores_the_sam
     with caplog.at_level("WARNING"):
         info, metrics = run(copy, data)
     assert f"{file} is unreadable (file is not a database): moved aside" in caplog.text
-    assert info.embeddings_computed == info.n_chunks  # encoded again, into a new cache
-    assert info.reused, "encoding is deterministic: the collection still matches the cache"
+    assert info.embeddings_computed == 0  # the passages' vectors come from the saved index
+    assert info.reused, "the collection still matches the saved index"
     assert metrics == clean[2]
     assert len(list(file.parent.glob("embeddings.sqlite3.corrupt-*Z"))) == 1
 

@@ -180,7 +180,7 @@ def test_an_eval_where_every_sample_failed_exits_2_with_the_cause(tmp_path: Path
 def _record(number: int, composite: float, *, latency: float = 10.0, cost: float | None = None,
             mode: str = "bm25") -> dict[str, Any]:
     from composer.pipeline.config import PipelineConfig
-    from composer.study.record import TrialRecord
+    from composer.record import TrialRecord
 
     config = PipelineConfig.from_dict({"retrieval": {"mode": mode, "k": 5}}).to_dict()
     metrics = {"composite": composite, "recall@5": composite, "latency_ms": latency}
@@ -262,7 +262,7 @@ def test_failures_are_summarised_by_cause() -> None:
         def __init__(self, number: int, error: str | None) -> None:
             import optuna
 
-            from composer.study.record import TrialRecord
+            from composer.record import TrialRecord
 
             self.number = number
             self.state = optuna.trial.TrialState.FAIL if error else optuna.trial.TrialState.COMPLETE

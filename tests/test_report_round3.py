@@ -24,8 +24,8 @@ from composer.cli.report import DEFAULT_UI_URL, TOP, Link, _held_out_section, _t
 from composer.cli.ui import ui_command
 from composer.data import load_questions
 from composer.files import write_atomic
+from composer.record import TrialRecord
 from composer.study.experiment import ExperimentConfig, load_experiment
-from composer.study.record import TrialRecord
 from composer.tracking.summary import HeldOut
 
 SPACE = "dimensions:\n  retrieval.mode: {choices: [bm25]}\n  retrieval.k: {type: int, low: 1, high: 20}\n"

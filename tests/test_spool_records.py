@@ -17,12 +17,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from ended_trials import ended_trial
+from optuna.trial import FrozenTrial
 
 from composer.data.columns import TextColumn
 from composer.data.ranking import ChunkTable, Ranking
 from composer.data.types import Hit
 from composer.evaluation.report import EvaluationReport, SampleTable, StageError, concat_tables
-from composer.study.record import TrialLog
 from composer.tracking.spool import (
     ASIDE,
     MAGIC,
@@ -35,6 +36,7 @@ from composer.tracking.spool import (
     read_record,
 )
 from composer.tracking.summary import HeldOut, IndexCounts, ObjectiveSummary, StudyLog, StudySummary
+from composer.tracking.trial import TrialReport
 from composer.tracking.writer import _write
 
 TABLE = ChunkTable(
@@ -61,15 +63,14 @@ def batch(lo: int, hi: int) -> SampleTable:
     )
 
 
-def trial_log(table: SampleTable) -> TrialLog:
-    return TrialLog(
+def trial_log(table: SampleTable) -> tuple[FrozenTrial, TrialReport]:
+    return ended_trial(
         7,
         {"retrieval": {"mode": "hybrid", "k": 2, "weights": [0.5, 0.5]}, "$": "a user's key", "": None},
-        datetime(2026, 1, 2, 3, 4, 5, 678, tzinfo=timezone(timedelta(hours=3, minutes=30))),
-        "COMPLETE",
         metrics={"composite": 0.5, "recall@1": 1.0, "latency_ms": 2},
+        started=datetime(2026, 1, 2, 3, 4, 5, 678, tzinfo=timezone(timedelta(hours=3, minutes=30))),
         steps=[0.25, 0.5],
-        tags={"composer.index_key": "composer-test"},
+        system_attrs={"composer.worker": "host|boot|ns:42:7"},
         report=EvaluationReport(table, (1, 2), "document", {"questions": "q.jsonl", "llm": {"calls": 3}}),
         answerer="openai/gpt-4o-mini",
         judge="judge-model",
@@ -78,19 +79,21 @@ def trial_log(table: SampleTable) -> TrialLog:
     )
 
 
-def assert_same_log(back: TrialLog, log: TrialLog) -> None:
-    assert isinstance(back, TrialLog)
-    assert replace(back, report=None) == replace(log, report=None)
-    assert back.report is not None and log.report is not None
-    assert (back.report.ks, back.report.match_mode, back.report.meta) == (
-        log.report.ks, log.report.match_mode, log.report.meta)
-    assert back.report.samples == log.report.samples  # ids, questions, hits, answers, scores, errors...
-    table, original = back.report.table, log.report.table
-    assert table.question_ids == original.question_ids and table.questions == original.questions
-    for name, column in original.metrics.items():
+def assert_same_log(back: Any, log: tuple[FrozenTrial, TrialReport]) -> None:
+    assert isinstance(back, tuple) and isinstance(back[0], FrozenTrial) and isinstance(back[1], TrialReport)
+    assert back[0] == log[0]  # Optuna's own frozen trial: state, values, times, attributes, steps
+    report, original = back[1], log[1]
+    assert replace(report, report=None) == replace(original, report=None)
+    assert report.report is not None and original.report is not None
+    assert (report.report.ks, report.report.match_mode, report.report.meta) == (
+        original.report.ks, original.report.match_mode, original.report.meta)
+    assert report.report.samples == original.report.samples  # ids, questions, hits, answers, scores...
+    table, first = report.report.table, original.report.table
+    assert table.question_ids == first.question_ids and table.questions == first.questions
+    for name, column in first.metrics.items():
         np.testing.assert_array_equal(table.metrics[name], column)
         assert table.metrics[name].flags.writeable
-    assert table.errors == original.errors and table.reasons == original.reasons
+    assert table.errors == first.errors and table.reasons == first.reasons
 
 
 def test_a_trial_record_round_trips_as_data(tmp_path: Path) -> None:
@@ -103,15 +106,16 @@ def test_a_trial_record_round_trips_as_data(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o600  # the questions and answers: the user's only
     back = read_record(path, spool.tables, {})
     assert_same_log(back, log)
-    assert back.report is not None and isinstance(back.report.table.retrieved, Ranking)
-    assert isinstance(back.report.table.retrieved.table.texts, TextColumn)  # mapped, not loaded
-    assert list(back.report.table.retrieved.table.texts) == list(TABLE.texts)
-    assert math.isnan(back.report.table.metrics["recall@1"][1])
+    report = back[1].report
+    assert report is not None and isinstance(report.table.retrieved, Ranking)
+    assert isinstance(report.table.retrieved.table.texts, TextColumn)  # mapped, not loaded
+    assert list(report.table.retrieved.table.texts) == list(TABLE.texts)
+    assert math.isnan(report.table.metrics["recall@1"][1])
     assert [p.name for p in (spool.root / TABLES).iterdir()] == ["composer-test"]
 
 
 def test_batched_hits_a_lost_list_and_a_study_record_round_trip(tmp_path: Path) -> None:
-    """Batches joined (their hits as lists, as an LLM study scores them), the lost trials' tuples and the
+    """Batches joined (their hits as lists, as an LLM study scores them), the lost trials (frozen) and the
     study's leaderboard, charts and summary."""
     spool = Spool(tmp_path / "spool")
     table = concat_tables([batch(0, 3), batch(3, 5)])
@@ -120,7 +124,8 @@ def test_batched_hits_a_lost_list_and_a_study_record_round_trip(tmp_path: Path) 
     log = trial_log(table)
     assert_same_log(read_record(spool.put("trial", log), spool.tables, {}), log)
 
-    lost = [(3, {"k": 2}, "process died"), (4, None, "never ran")]
+    lost = [(ended_trial(3, {"k": 2}, "FAIL")[0], "process died"),
+            (ended_trial(4, {}, "FAIL")[0], "never ran")]
     assert read_record(spool.put("lost", lost), spool.tables, {}) == lost
 
     board = pd.DataFrame({

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from ended_trials import scripted_runner
 
 from composer.study import _optimize, _optuna
 from composer.study._storage import make_storage
@@ -45,9 +46,9 @@ def test_a_trial_failed_for_a_lost_heartbeat_mid_study_gets_a_failed_mlflow_run(
             study.stop()
 
     callback = _optimize.after_each_trial(enough, tracker=tracker, untagged_after_s=600)
-    objective = _optimize.StudyObjective(None, run, tracker, "w")
+    objective = scripted_runner(run, None)
     try:
-        _optimize.optimize(study, objective, timeout=60, callback=callback)
+        _optimize.optimize(study, objective, timeout=60, callback=callback, tracker=tracker)
     finally:
         tracker.close("FINISHED")
 
@@ -69,9 +70,9 @@ def test_a_resumed_worker_whose_trial_was_failed_meanwhile_closes_its_run_failed
 
     class Tracker:
         def __init__(self) -> None:
-            self.recorded: list[tuple[int, Any, str]] = []
+            self.recorded: list[tuple[Any, str]] = []
 
-        def lost(self, trials: list[tuple[int, Any, str]]) -> None:
+        def lost(self, trials: list[tuple[Any, str]]) -> None:
             self.recorded += trials
 
     tracker = Tracker()
@@ -84,7 +85,7 @@ def test_a_resumed_worker_whose_trial_was_failed_meanwhile_closes_its_run_failed
     def enough(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         study.stop()
 
-    objective = _optimize.StudyObjective(None, run, tracker, "w")  # type: ignore[arg-type]
-    _optimize.optimize(study, objective, timeout=None, callback=enough)
-    assert [(number, reason) for number, _, reason in tracker.recorded] == [(0, _optimize.STALE)]
+    objective = scripted_runner(run, None)
+    _optimize.optimize(study, objective, timeout=None, callback=enough, tracker=tracker)  # type: ignore[arg-type]
+    assert [(trial.number, reason) for trial, reason in tracker.recorded] == [(0, _optimize.STALE)]
     assert [t.state.name for t in study.trials] == ["FAIL", "COMPLETE"]

@@ -27,9 +27,9 @@ from typer.testing import CliRunner
 
 from composer.cli.app import app
 from composer.data import load_questions
+from composer.record import TrialRecord
 from composer.study._storage import make_storage
 from composer.study.experiment import ExperimentConfig, load_experiment
-from composer.study.record import PrunedAt, TrialRecord
 from composer.study.study import split_questions
 
 SECRET = "s3cr3t-pw"
@@ -114,7 +114,7 @@ def test_trials_complete_prune_and_repeat(finished: Finished) -> None:
     assert len(distinct) == 5  # n_trials counts distinct configurations: repeats do not use up a slot
     assert len({records[t.number].config_hash for t in distinct}) == 5
     assert len(finished_trials) <= 2 * 5  # within the repeat allowance
-    assert records[1].pruned_at == PrunedAt(step=0, questions=15)
+    assert records[1].metrics["pruned_at_questions"] == 15 and list(trials[1].intermediate_values) == [0]
     assert records[2].duplicate_of == 0 and trials[2].value == trials[0].value
     assert sorted(trials[0].intermediate_values) == [0, 1, 2]  # 45 selection questions in batches of 15
     assert "study e2e" in finished.output and "best: trial #" in finished.output

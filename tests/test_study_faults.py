@@ -19,16 +19,17 @@ from typing import Any
 
 import optuna
 import pytest
+from ended_trials import scripted_runner
 from sample_study import write_sample_study
 from typer.testing import CliRunner
 
 from composer.cli.app import app
 from composer.errors import StudyStopped
+from composer.record import TrialRecord
 from composer.study import _workers
 from composer.study._optimize import CtrlC, FailureGuard, target_reached
 from composer.study._workers import WORKER_ATTR, fail_trials_of_gone_workers, is_gone, worker_id
 from composer.study.experiment import StopConfig
-from composer.study.record import TrialRecord
 
 COMPOSER = str(Path(sys.executable).with_name("composer"))
 
@@ -469,15 +470,15 @@ class Lost:
     """A tracker that keeps what it is told of lost and surplus trials."""
 
     def __init__(self) -> None:
-        self.trials: list[tuple[int, Any, str]] = []
+        self.trials: list[tuple[Any, str]] = []
 
-    def lost(self, trials: list[tuple[int, Any, str]]) -> None:
+    def lost(self, trials: list[tuple[Any, str]]) -> None:
         self.trials.extend(trials)
 
 
 def test_a_retry_queued_twice_runs_once() -> None:
     """Two workers recovering the same lost trial at once both queue a retry: the later one is surplus."""
-    from composer.study._optimize import StudyObjective, SurplusTrial
+    from composer.study.runner import SurplusTrial
 
     study = optuna.create_study()
     dist = {"x": optuna.distributions.IntDistribution(0, 9)}
@@ -489,26 +490,24 @@ def test_a_retry_queued_twice_runs_once() -> None:
     for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,)):
         study._storage.set_trial_system_attr(t._trial_id, "retry_history", [0])
     ran: list[int] = []
-    tracker = Lost()
-    objective = StudyObjective(None, lambda trial: ran.append(trial.number) or 1.0, tracker, "w")  # type: ignore[arg-type]
+    objective = scripted_runner(lambda trial: ran.append(trial.number) or 1.0, None)
     study.optimize(objective, n_trials=2, catch=(SurplusTrial,))
     assert ran == [1]
     record = TrialRecord.of(study.trials[2])
     assert study.trials[2].state.name == "FAIL" and record is not None and record.failure == "surplus"
-    assert tracker.trials == [(2, None, "surplus: trial #1 already runs this retry")]
+    assert record.error == "surplus: trial #1 already runs this retry"
 
 
 def test_a_failure_the_pipeline_did_not_record_is_still_the_pipelines() -> None:
     """An error after the trial's record was saved (a full disk, say) must not pass for a trial whose
     process died: it counts toward the stop rules, and is never retried as lost."""
-    from composer.study._optimize import StudyObjective
 
     def run(trial: optuna.Trial) -> float:
-        TrialRecord({"x": 1}, "h", "w", metrics={"composite": 0.5}).save(trial)
+        TrialRecord({"x": 1}, "h", metrics={"composite": 0.5}).save(trial)
         raise OSError(28, "No space left on device")
 
     study = optuna.create_study()
-    study.optimize(StudyObjective(None, run, None, "w"), n_trials=1, catch=(OSError,))
+    study.optimize(scripted_runner(run, None), n_trials=1, catch=(OSError,))
     record = TrialRecord.of(study.trials[0])
     assert record is not None and record.failure == "error"
     assert record.error == "OSError: [Errno 28] No space left on device"
@@ -535,7 +534,7 @@ def test_a_worker_that_dies_during_the_study_is_noticed_when_the_next_trial_ends
                                 tracker=tracker, untagged_after_s=0.5)  # type: ignore[arg-type]
     callback(study, study.trials[0])
     assert seen == [["FAIL", "FAIL", "RUNNING", "WAITING"]]
-    assert [n for n, _, _ in tracker.trials] == [dead.number, untagged.number]
+    assert [t.number for t, _ in tracker.trials] == [dead.number, untagged.number]
     assert study.trials[3].params == dead.params and study.trials[fresh.number].state.name == "RUNNING"
 
 
@@ -544,7 +543,7 @@ def test_a_trial_failed_by_another_process_while_it_ran_does_not_end_the_study(
 ) -> None:
     """Another process took this one for dead (a missed heartbeat) and failed its trial: Optuna's tell
     raises when the trial ends; the study goes on (the trial is queued again) instead of a traceback."""
-    from composer.study._optimize import StudyObjective, optimize
+    from composer.study._optimize import optimize
 
     study = optuna.create_study()
     ran: list[int] = []
@@ -559,7 +558,7 @@ def test_a_trial_failed_by_another_process_while_it_ran_does_not_end_the_study(
         if len(ran) == 3:
             study.stop()
 
-    optimize(study, StudyObjective(None, run, None, "w"), timeout=None, callback=enough)
+    optimize(study, scripted_runner(run, None), timeout=None, callback=enough)
     assert ran == [0, 1, 2] and [t.state.name for t in study.trials] == ["FAIL", "COMPLETE", "COMPLETE"]
     assert "trial #0 was failed by another process that took this one for dead" in caplog.text
 
@@ -568,7 +567,7 @@ def test_a_grid_tries_a_failed_point_again_in_a_later_run() -> None:
     """A point whose pipeline failed is not proposed again in the same run (the stop rules would end a
     run failing on it), but the next run, the cause fixed, tries it again; invalid points never."""
     from composer.study._sampling import ConditionalGridSampler
-    from composer.study.record import GRID_ID
+    from composer.study.fate import GRID_ID
 
     study = optuna.create_study()
     fail = optuna.trial.TrialState.FAIL

@@ -26,8 +26,8 @@ from typer.testing import CliRunner
 
 from composer.cli.app import app
 from composer.data import load_questions
+from composer.record import TrialRecord
 from composer.study.experiment import ExperimentConfig, load_experiment
-from composer.study.record import TrialRecord
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "arcd-sample"
 N_QUESTIONS = 12

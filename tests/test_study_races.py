@@ -8,15 +8,16 @@ from typing import Any
 
 import optuna
 import pytest
+from ended_trials import scripted_runner
 from sqlalchemy import exc
 
 from composer import store
-from composer.study import _optimize
-from composer.study._optimize import SurplusTrial
+from composer.record import TrialRecord
+from composer.study._optimize import after_each_trial
 from composer.study._sampling import StudySampler, make_sampler
 from composer.study._storage import open_study
 from composer.study.experiment import load_experiment
-from composer.study.record import TrialRecord
+from composer.study.runner import SurplusTrial
 from composer.study.space import load_search_space, parse_search_space
 from composer.tracking.parent import ParentClaims
 from composer.tracking.runs import ROLE_TAG, RunWriter
@@ -130,26 +131,30 @@ def test_a_trial_started_past_the_target_is_surplus(tmp_path: Path) -> None:
     failed: list[tuple[int, str]] = []
 
     class Tracker:
-        def lost(self, trials: list[tuple[int, Any, str]]) -> None:
-            failed.extend((number, reason) for number, _, reason in trials)
+        def submit(self, trial: optuna.trial.FrozenTrial, report: Any) -> None:
+            failed.append((trial.number, (TrialRecord.of(trial) or TrialRecord({}, "")).error or ""))
+
+        def lost(self, trials: Any) -> None:
+            raise AssertionError("no trial is lost here")
 
     def runner(trial: optuna.Trial) -> float:
         ran.append(trial.number)
         return 0.5
 
-    objective = _optimize.StudyObjective(2, runner, Tracker(), "host:42")  # type: ignore[arg-type]
-    study.optimize(objective, n_trials=5, catch=(SurplusTrial,))
+    objective = scripted_runner(runner, 2)
+    written = after_each_trial(tracker=Tracker(), reports=objective.pop_report)  # type: ignore[arg-type]
+    study.optimize(objective, n_trials=5, catch=(SurplusTrial,), callbacks=[written])
     # It stopped this worker at once: one surplus trial, failed unscored, the runner never called.
     assert ran == [] and len(study.trials) == 3
     surplus = study.trials[2]
     record = TrialRecord.of(surplus)
     assert surplus.state == optuna.trial.TrialState.FAIL and record is not None and record.error is not None
-    assert record.error.startswith("surplus") and record.worker == "host:42"
+    assert record.error.startswith("surplus")
     assert failed == [(2, record.error)]
 
     # Once the other worker's trial failed, its slot is free again and the next trial runs.
     study.tell(other_worker, state=optuna.trial.TrialState.FAIL)
-    study.optimize(objective, n_trials=1, catch=(SurplusTrial,))
+    study.optimize(objective, n_trials=1, catch=(SurplusTrial,), callbacks=[written])
     assert ran == [3] and study.trials[3].state == optuna.trial.TrialState.COMPLETE
 
 
@@ -239,6 +244,6 @@ def test_an_experiment_created_in_between_is_loaded(tmp_path: Path, monkeypatch:
 
 def test_a_study_bounded_by_its_timeout_alone_runs_every_trial() -> None:
     study = optuna.create_study()
-    objective = _optimize.StudyObjective(None, lambda trial: 0.5, None)
+    objective = scripted_runner(lambda trial: 0.5, None)
     study.optimize(objective, n_trials=2)
     assert [t.value for t in study.trials] == [0.5, 0.5]

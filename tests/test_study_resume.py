@@ -22,8 +22,8 @@ from scripted_llm import ScriptedRAG
 from sqlalchemy.exc import OperationalError
 
 from composer.data import load_questions
+from composer.record import TrialRecord
 from composer.study.experiment import load_experiment
-from composer.study.record import TrialRecord
 
 SPACE = """
 dimensions:

@@ -22,11 +22,11 @@ from composer.evaluation.scoring import BatchHook, RankingPipeline, Scored, Stag
 from composer.judges import FailureBudgetExceeded
 from composer.llm import Usage
 from composer.llm.usage import active_trackers
+from composer.record import TrialRecord
 from composer.study._optimize import REPEAT_ALLOWANCE
 from composer.study._storage import make_storage, open_study
 from composer.study.experiment import load_experiment
 from composer.study.leaderboard import PIPED_WIDTH, describe_params, report_console
-from composer.study.record import TrialRecord
 from composer.study.runner import StudyData
 from composer.study.space import load_search_space
 from composer.study.study import run_study

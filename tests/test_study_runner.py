@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import optuna
 import pytest
+from ended_trials import ended_trial
 
 from composer.data.ranking import ChunkTable, Ranking, ranking_from_run
 from composer.data.types import Corpus, Document, Hit, Question, QuestionSet, Run
@@ -19,13 +19,15 @@ from composer.generation import Answer, answer_questions, contexts_for
 from composer.llm.usage import active_trackers
 from composer.pipeline.config import PipelineConfig
 from composer.pipeline.pipeline import IndexInfo
+from composer.record import TrialRecord
 from composer.redact import MASK, flatten, scrub, scrub_url
+from composer.study._optimize import after_each_trial
 from composer.study._report import llm_totals
 from composer.study.experiment import ObjectiveConfig
-from composer.study.record import PrunedAt, TrialLog, TrialRecord
 from composer.study.runner import StudyData, TrialRunner, config_hash
 from composer.study.space import parse_search_space
-from composer.tracking.runs import RunWriter, mlflow_metric_name
+from composer.tracking.runs import RunWriter, mlflow_metric_name, trial_metrics, trial_tags
+from composer.tracking.trial import TrialReport
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -115,13 +117,26 @@ def data(dims: dict[str, object] | None = None, batch_size: int = 4,
 
 
 class Logged:
-    """A sink that keeps what the runner would send to MLflow."""
+    """A tracker that keeps what the study hands the MLflow writer once Optuna has told a trial's end."""
 
     def __init__(self) -> None:
-        self.logs: dict[int, TrialLog] = {}
+        self.logs: dict[int, tuple[optuna.trial.FrozenTrial, TrialReport]] = {}
 
-    def __call__(self, log: TrialLog) -> None:
-        self.logs[log.number] = log
+    def submit(self, trial: optuna.trial.FrozenTrial, report: TrialReport) -> None:
+        self.logs[trial.number] = (trial, report)
+
+    def lost(self, trials: object) -> None:
+        raise AssertionError(f"no trial is lost here: {trials}")
+
+
+def run_trials(
+    runner: TrialRunner, study: optuna.Study, n_trials: int, tracker: Logged | None = None
+) -> None:
+    """``study.optimize`` as a study runs it: the ended trials and their reports go to ``tracker``."""
+    callbacks = [] if tracker is None else [
+        after_each_trial(tracker=tracker, reports=runner.pop_report)  # type: ignore[arg-type]
+    ]
+    study.optimize(runner, n_trials=n_trials, callbacks=callbacks)
 
 
 def good_poor_and_repeat(d: ScriptedData, tracker: Logged | None = None) -> optuna.Study:
@@ -130,7 +145,7 @@ def good_poor_and_repeat(d: ScriptedData, tracker: Logged | None = None) -> optu
                                 pruner=optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0))
     for mode in ("bm25", "dense", "bm25"):
         study.enqueue_trial({"retrieval.mode": mode, "retrieval.k": 3})
-    study.optimize(TrialRunner(d, tracker), n_trials=3)
+    run_trials(TrialRunner(d), study, 3, tracker)
     assert [t.state.name for t in study.trials] == ["COMPLETE", "PRUNED", "COMPLETE"]
     return study
 
@@ -188,7 +203,7 @@ def test_a_poor_trial_is_pruned_between_batches() -> None:
     assert good.state == optuna.trial.TrialState.COMPLETE
     assert poor.state == optuna.trial.TrialState.PRUNED
     record = TrialRecord.of(poor)
-    assert record is not None and record.pruned_at == PrunedAt(step=0, questions=4)
+    assert record is not None and record.metrics["pruned_at_questions"] == 4
     assert list(poor.intermediate_values) == [0]  # stopped at the first step
 
 
@@ -198,17 +213,20 @@ def test_a_pruned_trial_logs_its_running_composite_apart_from_complete_ones() ->
     tracker = Logged()
     study = good_poor_and_repeat(data(), tracker)
     good, poor, _ = study.trials
-    pruned = tracker.logs[1].metrics
+    runs = {n: trial_metrics(trial, TrialRecord.of(trial)) for n, (trial, _) in tracker.logs.items()}
+    pruned = runs[1]
     assert "composite" not in pruned
-    assert pruned["composite_at_prune"] == poor.intermediate_values[0] == tracker.logs[1].steps[-1]
+    assert pruned["composite_at_prune"] == poor.intermediate_values[0]
     assert pruned["pruned_at_step"] == 0 and pruned["pruned_at_questions"] == 4
-    assert tracker.logs[0].metrics["composite"] == pytest.approx(good.value)
-    assert "composite_at_prune" not in tracker.logs[0].metrics
-    assert tracker.logs[2].metrics["composite"] == tracker.logs[0].metrics["composite"]  # the repeat
-    # Every trial, the pruned one included, hands its report (so far) to the writer.
-    report = tracker.logs[1].report
-    assert report is not None and len(report) == 4 and tracker.logs[1].state == "PRUNED"
-    assert tracker.logs[2].tags["composer.duplicate_of"] == "0" and tracker.logs[2].report is None
+    assert runs[0]["composite"] == pytest.approx(good.value)
+    assert "composite_at_prune" not in runs[0]
+    assert runs[2]["composite"] == runs[0]["composite"]  # the repeat
+    # Every trial, the pruned one included, hands its report (so far) to the writer, after Optuna's tell.
+    trial, report = tracker.logs[1]
+    assert report.report is not None and len(report.report) == 4 and trial.state.name == "PRUNED"
+    repeat, nothing = tracker.logs[2]
+    assert trial_tags(repeat, TrialRecord.of(repeat), nothing)["composer.duplicate_of"] == "0"
+    assert nothing.report is None
 
 
 def test_every_trial_records_its_own_llm_spending_for_the_study_totals() -> None:
@@ -265,7 +283,7 @@ def test_scrub_url_masks_every_credential_form(url: str, shown: str) -> None:
 
 def test_a_failed_trials_error_is_scrubbed_in_its_record() -> None:
     error = "OperationalError: postgresql://u:pw@db/x refused"
-    record = TrialRecord({}, "", "w", error=error, failure="error")
+    record = TrialRecord({}, "", error=error, failure="error")
     assert record.to_dict()["error"] == f"OperationalError: postgresql://{MASK}@db/x refused"
 
 
@@ -276,8 +294,9 @@ def test_a_failed_trials_run_is_scrubbed_like_any_other(tmp_path: Path) -> None:
         f"sqlite:///{tmp_path / 'mlflow.db'}", "scrub", "s", storage=f"sqlite:///{tmp_path / 'o.db'}"
     )
     endpoint = "https://user:s3cret@llm.example/v1"
-    writer.write_trial(TrialLog(0, {"generation.api_base": endpoint}, datetime.now(timezone.utc), "FAIL",
-                                tags={"composer.error": f"ConfigError: [api_base={endpoint!r}]"}))
+    config = {"generation.api_base": endpoint}
+    record = TrialRecord(config, "", error=f"ConfigError: [api_base={endpoint!r}]", failure="invalid")
+    writer.write_trial(*ended_trial(0, config, "FAIL", record=record))
     [run] = writer.client.search_runs([writer.experiment_id], filter_string="tags.`composer.trial` = '0'")
     assert run.data.tags["composer.error"] == f"ConfigError: [api_base='https://{MASK}@llm.example/v1']"
     assert run.data.params["generation.api_base"] == f"https://{MASK}@llm.example/v1"

@@ -19,8 +19,9 @@ import optuna
 import pytest
 from postgres import Postgres, free_port, postgres_bin, running_postgres
 
+from composer.record import TrialRecord
 from composer.study._optimize import REPEAT_ALLOWANCE
-from composer.study.record import TrialRecord
+from composer.study._workers import WORKER_ATTR
 from composer.tracking.runs import ROLE_TAG, RUN_STATUS, STATE_TAG, STUDY_TAG, TRIAL_TAG
 
 
@@ -111,7 +112,7 @@ def check_study(storage: str, tracking_uri: str) -> list[optuna.trial.FrozenTria
     assert all(t.state == optuna.trial.TrialState.FAIL and (record(t).error or "").startswith("surplus")
                for t in others), [(t.number, t.state, TrialRecord.of(t)) for t in others]
     assert len(others) <= 1
-    assert len({record(t).worker for t in finished}) == 2  # both workers ran trials
+    assert len({t.system_attrs[WORKER_ATTR] for t in finished}) == 2  # both workers ran trials
     assert any(t.state == optuna.trial.TrialState.COMPLETE for t in finished)
 
     client = MlflowClient(tracking_uri)

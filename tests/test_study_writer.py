@@ -10,21 +10,23 @@ import subprocess
 import sys
 import textwrap
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
+from ended_trials import ended_trial
+from optuna.trial import FrozenTrial
 from rich.console import Console
 
 from composer.data.ranking import ChunkTable, Ranking
 from composer.evaluation.report import EvaluationReport, SampleTable
+from composer.record import TrialRecord
 from composer.study.live import StudyProgress
-from composer.study.record import TrialLog
 from composer.tracking.runs import RunWriter
 from composer.tracking.spool import RECORD, Orphans, Spool
+from composer.tracking.trial import TrialReport
 from composer.tracking.writer import TRACE_BACKLOG, StudyTracker, WriterSettings, _write
 
 TABLE = ChunkTable(
@@ -32,19 +34,13 @@ TABLE = ChunkTable(
 )
 
 
-def trial_log(number: int, state: str = "COMPLETE") -> TrialLog:
+def trial_log(number: int, state: str = "COMPLETE") -> tuple[FrozenTrial, TrialReport]:
     ranking = Ranking(("q1", "q2"), np.array([[0, 1], [2, -1]]), np.array([[0.9, 0.5], [0.7, 0.0]]), TABLE)
     table = SampleTable(
         ("q1", "q2"), ("first?", "second?"), metrics={"recall@1": np.array([1.0, 0.0])}, retrieved=ranking
     )
-    return TrialLog(
-        number,
-        {"retrieval": {"mode": "bm25", "k": 2}},
-        datetime.now(timezone.utc),
-        state,
-        metrics={"composite": 0.5},
-        report=EvaluationReport(table, (1,), "document"),
-    )
+    return ended_trial(number, {"retrieval": {"mode": "bm25", "k": 2}}, state, metrics={"composite": 0.5},
+                       report=EvaluationReport(table, (1,), "document"))
 
 
 def settings(tmp_path: Path, **options: Any) -> WriterSettings:
@@ -80,7 +76,7 @@ def test_logs_are_written_by_the_writer_process_and_the_spool_emptied(tmp_path: 
     tracker = StudyTracker(settings(tmp_path, max_traces=1))
     assert tracker.ready()
     for number in range(3):
-        tracker.submit(trial_log(number))
+        tracker.submit(*trial_log(number))
     tracker.close()
     runs = runs_by_trial(tmp_path)
     assert sorted(runs) == [0, 1, 2] and all(r.info.status == "FINISHED" for r in runs.values())
@@ -118,7 +114,7 @@ def test_logs_a_dead_study_left_in_the_spool_are_written_when_it_resumes(tmp_pat
     adopted.release()
     tracker = StudyTracker(settings(tmp_path))
     tracker.ready()
-    tracker.submit(trial_log(2))
+    tracker.submit(*trial_log(2))
     tracker.close()
     assert sorted(runs_by_trial(tmp_path)) == [0, 1, 2]
     assert Orphans(spool).files == []
@@ -130,11 +126,11 @@ def test_a_writer_that_dies_leaves_the_logs_spooled_for_the_next_run(
     monkeypatch.setattr("composer.tracking.writer.RESTARTS", 0)  # restarts: tests/test_tracking_ui.py
     tracker = StudyTracker(settings(tmp_path))
     tracker.ready()
-    tracker.submit(trial_log(0))
+    tracker.submit(*trial_log(0))
     os.kill(tracker.process.pid, signal.SIGKILL)
     tracker.process.wait()
     for number in (1, 2):
-        tracker.submit(trial_log(number))  # never fails the trial: spooled for later
+        tracker.submit(*trial_log(number))  # never fails the trial: spooled for later
     tracker.close()
     assert tracker.failures and "writer stopped" in tracker.failures[0]
     written = set(runs_by_trial(tmp_path))
@@ -147,19 +143,17 @@ def test_a_writer_that_dies_leaves_the_logs_spooled_for_the_next_run(
 def test_a_run_left_half_written_is_replaced_not_duplicated(tmp_path: Path) -> None:
     writer = writer_for(tmp_path)
     half = writer._trial_run(4, "RUNNING", {})  # a writer died before finishing it
-    writer.write_trial(trial_log(4))
+    writer.write_trial(*trial_log(4))
     runs = runs_by_trial(tmp_path)
     assert runs[4].info.run_id != half and runs[4].info.status == "FINISHED"
-    assert writer.write_trial(trial_log(4)) == runs[4].info.run_id  # a finished run is kept as is
+    assert writer.write_trial(*trial_log(4)) == runs[4].info.run_id  # a finished run is kept as is
 
 
 def test_a_repeat_points_at_the_run_of_the_trial_it_repeats(tmp_path: Path) -> None:
     writer = writer_for(tmp_path)
-    original = writer.write_trial(trial_log(0))
-    repeat = trial_log(1)
-    repeat.report = None
-    repeat.tags["composer.duplicate_of"] = "0"
-    writer.write_trial(repeat)
+    original = writer.write_trial(*trial_log(0))
+    config = {"retrieval": {"mode": "bm25", "k": 2}}
+    writer.write_trial(*ended_trial(1, config, record=TrialRecord(config, "hash", duplicate_of=0)))
     assert runs_by_trial(tmp_path)[1].data.tags["composer.duplicate_of_run"] == original
 
 
@@ -198,7 +192,7 @@ def test_a_writer_that_keeps_up_writes_every_trials_mlflow_traces(tmp_path: Path
     tracker = StudyTracker(settings(tmp_path, max_traces=2))
     tracker.ready()
     for number in range(TRACE_BACKLOG + 7):
-        tracker.submit(trial_log(number))
+        tracker.submit(*trial_log(number))
         deadline = time.monotonic() + 60
         while list(tracker.spool.owner.glob(f"*{RECORD}")) and time.monotonic() < deadline:
             time.sleep(0.05)

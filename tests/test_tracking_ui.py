@@ -55,7 +55,7 @@ def board(*rows: tuple[int, str, float | None]) -> pd.DataFrame:
 
 def test_each_trace_carries_its_metrics_as_feedback_and_its_gold_as_expectations(tmp_path: Path) -> None:
     writer = gold_writer(tmp_path)
-    writer.write_trial(trial_log(0))
+    writer.write_trial(*trial_log(0))
     traces = traces_of(tmp_path, runs_by_trial(tmp_path)[0])
     assert len(traces) == 2
     by_question = {t.info.tags["composer.question_id"]: t for t in traces}
@@ -69,7 +69,7 @@ def test_each_trace_carries_its_metrics_as_feedback_and_its_gold_as_expectations
 
 def test_every_trial_has_a_question_table_worst_first(tmp_path: Path) -> None:
     writer = gold_writer(tmp_path)
-    writer.write_trial(trial_log(0))
+    writer.write_trial(*trial_log(0))
     run = runs_by_trial(tmp_path)[0]
     assert json.loads(run.data.tags["mlflow.loggedArtifacts"]) == [{"path": QUESTION_TABLE, "type": "table"}]
     table = read_question_table(client_for(tmp_path), run.info.run_id)
@@ -81,7 +81,7 @@ def test_every_trial_has_a_question_table_worst_first(tmp_path: Path) -> None:
 
 def test_a_pruned_trial_is_killed_and_tagged_pruned_not_finished_like_a_complete_one(tmp_path: Path) -> None:
     """Issue 26: a pruned trial showed the same green "Finished" as a complete one (it was FINISHED)."""
-    writer_for(tmp_path).write_trial(trial_log(3, "PRUNED"))
+    writer_for(tmp_path).write_trial(*trial_log(3, "PRUNED"))
     run = runs_by_trial(tmp_path)[3]
     assert run.info.status == "KILLED" and run.data.tags[STATE_TAG] == "PRUNED"
 
@@ -96,7 +96,7 @@ def test_the_experiment_opens_on_runs_and_says_how_a_study_is_laid_out(tmp_path:
 def test_the_winner_is_tagged_and_named_and_a_rerun_keeps_each_segments_summary(tmp_path: Path) -> None:
     writer = writer_for(tmp_path)
     for number in (0, 1):
-        writer.write_trial(trial_log(number))
+        writer.write_trial(*trial_log(number))
     writer.write_study(study_summary(0, seconds=139.0), board((0, "COMPLETE", 0.6)), {"history": b"png"})
     writer.close()
     import optuna
@@ -146,7 +146,7 @@ def test_a_store_error_a_retry_got_past_is_reported_not_only_in_writer_log(tmp_p
         max_traces = None
         calls = 0
 
-        def write_trial(self, log: Any, traces: bool) -> None:
+        def write_trial(self, trial: Any, report: Any, traces: bool) -> None:
             self.calls += 1
             if self.calls == 1:
                 raise RuntimeError("(sqlite3.OperationalError) database is locked")
@@ -163,11 +163,11 @@ def test_a_killed_writer_is_restarted_and_writes_every_record(
 ) -> None:
     tracker = StudyTracker(settings(tmp_path))
     tracker.ready()
-    tracker.submit(trial_log(0))
+    tracker.submit(*trial_log(0))
     os.kill(tracker.process.pid, signal.SIGKILL)
     tracker.process.wait()
     for number in range(1, 8):
-        tracker.submit(trial_log(number))
+        tracker.submit(*trial_log(number))
     with caplog.at_level(logging.WARNING, logger="composer"):
         tracker.close()
     assert sorted(runs_by_trial(tmp_path)) == list(range(8))
@@ -184,7 +184,7 @@ def test_a_writer_that_keeps_dying_counts_every_record_it_left(
     os.kill(tracker.process.pid, signal.SIGKILL)
     tracker.process.wait()
     for number in range(7):
-        tracker.submit(trial_log(number))
+        tracker.submit(*trial_log(number))
     with caplog.at_level(logging.WARNING, logger="composer"):
         tracker.close()
     assert "7 records could not be written" in caplog.text
@@ -195,7 +195,7 @@ def test_a_second_ctrl_c_while_flushing_leaves_the_writer_to_finish_without_a_tr
 ) -> None:
     tracker = StudyTracker(settings(tmp_path))
     tracker.ready()
-    tracker.submit(trial_log(0))
+    tracker.submit(*trial_log(0))
 
     def interrupted(status: str) -> None:
         raise KeyboardInterrupt

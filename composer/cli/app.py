@@ -17,9 +17,12 @@ from typer.core import TyperCommand, TyperGroup
 from composer.cli.eval import eval_command
 from composer.cli.export import export_command
 from composer.cli.index import index_command
+from composer.cli.judges import judges_app
+from composer.cli.label import label_command
 from composer.cli.optimize import optimize_command
 from composer.cli.report import report_command
 from composer.cli.search import search_command
+from composer.cli.serve import serve_command
 from composer.cli.synth import synth_command
 from composer.cli.trials import trials_command
 from composer.cli.ui import ui_command
@@ -139,6 +142,9 @@ app.command("export")(export_command)
 app.command("ui")(ui_command)
 app.command("report")(report_command)
 app.command("synth")(synth_command)
+app.command("label")(label_command)
+app.add_typer(judges_app, name="judges")
+app.command("serve")(serve_command)
 
 
 def _configure_logging(level: int) -> None:

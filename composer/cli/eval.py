@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -13,12 +12,12 @@ from composer.cli.options import QDRANT, WORKDIR, flag
 from composer.data.ranking import RunOrder
 from composer.errors import ComposerError, InputError
 from composer.metrics.matching import MatchMode
-
-Split = Literal["all", "selection", "held_out"]
+from composer.protocols import Split
 
 if TYPE_CHECKING:
     from composer.data.types import Corpus, QuestionSet
     from composer.evaluation import EvaluationReport
+    from composer.evaluation.gate import Scores
     from composer.evaluation.scoring import Judging
     from composer.pipeline.config import PipelineConfig
 
@@ -91,6 +90,26 @@ def eval_command(
         "answer_relevancy, context_precision, context_recall (default with an LLM: answer_correctness, "
         "faithfulness).",
     ),
+    baseline: Path | None = typer.Option(
+        None,
+        "--baseline",
+        help="CI gate: an earlier `eval --out` folder, or a pipeline YAML scored on the same questions. "
+        "Exits 1 when this system is significantly worse (95% paired bootstrap CI of the difference below "
+        "0) or worse by more than --margin; 0 otherwise.",
+    ),
+    metric: str = typer.Option(
+        "composite", "--metric", help="What the gate compares: composite (the objective's), or a metric "
+        "such as ndcg@10, recall@5, token_f1."
+    ),
+    margin: float = typer.Option(
+        0.0, "--margin", min=0.0, help="The gate's tolerance: a drop in the mean up to this passes."
+    ),
+    objective: str | None = typer.Option(
+        None,
+        "--objective",
+        help="The objective whose composite is reported and gated: a YAML file (an exported best.yaml, an "
+        "experiment) or weights, e.g. recall@10=1,ndcg@10=1 (default: the --config export's objective).",
+    ),
     as_json: bool = flag("--json", "Print the summary as JSON on stdout, nothing else."),
     out: Path | None = typer.Option(
         None, "--out", help="Write summary.json, samples.csv, traces.jsonl and error_rates.json here."
@@ -103,8 +122,13 @@ def eval_command(
     with 95% bootstrap CIs, tokens, cost and error rates."""
     from composer.data import load_corpus, read_run
     from composer.evaluation import evaluate_run
+    from composer.evaluation.gate import COMPOSITE, Scores, run_gate, stated_objective, with_objective
 
     _check_sources(run, config, corpus, llm)
+    if baseline is None and (metric != COMPOSITE or margin):
+        raise InputError("--metric and --margin set the gate: give --baseline OLD", field="baseline")
+    stated = stated_objective(objective, config, baseline)
+    old = _baseline(baseline, corpus, llm, llm_base, llm_key_env) if baseline is not None else None
     wanted = [m.strip() for value in metrics for m in value.split(",") if m.strip()]
     docs = load_corpus(corpus) if corpus is not None else None
     question_set = _question_set(questions, docs, config, split, strict)
@@ -123,13 +147,41 @@ def eval_command(
         _check_llms(pipeline_config, settings, judging)
         report = _run_pipeline(pipeline_config, settings, judging, docs, question_set, k, match, workdir,
                                qdrant, progress=not as_json)
+    if stated is not None:
+        report = with_objective(report, stated[0], stated[1])
+    if old is not None:
+        assert baseline is not None
+        if not isinstance(old, Scores):
+            assert docs is not None  # _baseline asked for the corpus
+            old = Scores.of(_run_pipeline(old, _run_llm(old, judge, llm_timeout), judging, docs, question_set,
+                                          k, match, workdir, qdrant, progress=not as_json), str(baseline))
+        report = report.with_gate(run_gate(report, str(questions), old, metric=metric, margin=margin))
     if out is not None:
         report.save(out)
     _refuse_all_failed(report)
     if as_json:
         sys.stdout.write(report.summary_json() + "\n")
-        return
-    _print_report(report, out, answers="from the run file" if run is not None else None)
+    else:
+        _print_report(report, out, answers="from the run file" if run is not None else None)
+    if report.gate is not None and not report.gate.passed:
+        raise typer.Exit(report.gate.exit_code)
+
+
+def _baseline(
+    baseline: Path, corpus: Path | None, llm: str | None, llm_base: str | None, llm_key_env: str | None
+) -> Scores | PipelineConfig:
+    """What the gate compares against, read before any work: an ``eval --out`` folder's per-question
+    scores, or the pipeline to score (with the command line's LLM flags, as the new one)."""
+    from composer.evaluation.gate import read_scores
+
+    if baseline.is_dir():
+        return read_scores(baseline)
+    if baseline.suffix.lower() not in (".yaml", ".yml"):
+        what = "no such folder or file" if not baseline.exists() else "not a folder nor a YAML file"
+        raise InputError(f"{what}: --baseline takes an `eval --out` folder or a pipeline YAML", path=baseline)
+    if corpus is None:
+        raise InputError("--baseline PIPELINE.yaml indexes the corpus: add --corpus CORPUS", field="corpus")
+    return _pipeline_config(baseline, llm, llm_base, llm_key_env)
 
 
 def _check_sources(run: Path | None, config: Path | None, corpus: Path | None, llm: str | None) -> None:
@@ -159,6 +211,8 @@ def _question_set(
     if config is None:
         raise InputError("--split takes the study's split from an exported best.yaml: give --config",
                          field="split")
+    from composer.evaluation.splits import study_split
+
     return study_split(question_set, config, split)
 
 
@@ -253,6 +307,15 @@ def _print_report(report: EvaluationReport, out: Path | None, answers: str | Non
         console.print(line, markup=False, highlight=False)
     if "llm" in report.meta:
         console.print(_llm_line(report.meta["llm"], answers), markup=False, highlight=False)
+    if "objective" in report.meta:
+        stated = report.meta["objective"]
+        weights = ", ".join(f"{k} {w:.3g}" for k, w in stated["weights"].items())
+        console.print(f"composite {stated['composite']:.4f} (objective of {stated['source']}: {weights})",
+                      markup=False, highlight=False)
+    if report.gate is not None:
+        from composer.evaluation.gate import render_gate
+
+        console.print(render_gate(report.gate))
     if out is not None:
         console.print(f"report written to {out}", markup=False, highlight=False)
 
@@ -314,35 +377,6 @@ def _judging(
     if not strict:
         fields["max_failure_share"] = 1.0
     return make_judging(JudgeConfig.model_validate(fields), generator, workdir)
-
-
-def study_split(questions: QuestionSet, export: Path, split: Split) -> QuestionSet:
-    """The study's selection or held-out questions, split by the seed and share its export recorded
-    (``provenance.split``), so that ``eval --config best.yaml --split selection`` gives the trial's
-    figures."""
-    from composer.study.experiment import SplitConfig
-    from composer.study.study import split_questions
-    from composer.yamlfile import read_yaml
-
-    doc = read_yaml(export, what="pipeline file")
-    provenance = doc.get("provenance") if isinstance(doc, dict) else None
-    if not isinstance(provenance, dict) or "split" not in provenance:
-        raise InputError("--split needs the study's split: give the best.yaml `composer export` wrote",
-                         path=export, field="provenance.split")
-    study = provenance.get("study")
-    if provenance["split"] is None:
-        if split == "held_out":
-            raise InputError(f"study {study} held no questions out: all were selection questions",
-                             path=export, field="provenance.split")
-        selection, held = questions, None
-    else:
-        selection, held = split_questions(questions, SplitConfig.model_validate(provenance["split"]))
-    expected = provenance.get("selection_fingerprint")
-    if expected and selection.fingerprint() != expected:
-        logging.getLogger("composer").warning(
-            "%s: these are not the questions study %s was run on (its selection set differs): the scores "
-            "will not be the trial's", questions.source, study)
-    return selection if split == "selection" or held is None else held
 
 
 def failed_sample_lines(report: EvaluationReport, limit: int = 20) -> list[str]:

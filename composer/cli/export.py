@@ -22,10 +22,10 @@ def export_command(
 ) -> None:
     """Export the best trial's self-contained pipeline config, its scores and provenance."""
     from composer.console import make_console
+    from composer.record import TrialRecord
     from composer.study._storage import load_study
     from composer.study.experiment import locate_study
     from composer.study.export import best_trial, export_document, write_export
-    from composer.study.record import TrialRecord
 
     name, url, _ = locate_study(study, experiment, storage)
     loaded = load_study(name, url)

@@ -197,7 +197,7 @@ def _cost_line(llm: dict[str, float]) -> str:
 
 def _costs(trials: list[optuna.trial.FrozenTrial]) -> dict[int, float]:
     """Each trial's own LLM cost (trials that called no LLM are left out)."""
-    from composer.study.record import TrialRecord
+    from composer.record import TrialRecord
 
     return {t.number: float(r.llm_usage["llm_cost_usd"]) for t in trials
             if (r := TrialRecord.of(t)) is not None and "llm_cost_usd" in r.llm_usage}

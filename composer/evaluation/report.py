@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +35,9 @@ from composer.evaluation.table import concat_tables as concat_tables
 from composer.evaluation.table import strict_json as strict_json
 from composer.files import write_atomic
 from composer.metrics import stats as metric_stats
+
+if TYPE_CHECKING:
+    from composer.evaluation.gate import GateResult
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class EvaluationReport:
         ks: The retrieval metrics' cutoffs.
         match_mode: How retrieved ids were matched to relevant ones.
         meta: What was scored (system, index...), saved with the summary.
+        gate: The CI gate's verdict against a baseline (``composer.evaluate(baseline=...)``), saved with
+            the summary as ``gate``; None without a baseline.
 
     Example:
         ::
@@ -76,6 +81,8 @@ class EvaluationReport:
         ks: Sequence[int],
         match_mode: str,
         meta: Mapping[str, Any] | None = None,
+        *,
+        gate: GateResult | None = None,
     ) -> None:
         if isinstance(samples, SampleTable):
             self.table = samples
@@ -85,13 +92,18 @@ class EvaluationReport:
         self.ks = tuple(ks)
         self.match_mode = match_mode
         self.meta = dict(meta or {})
+        self.gate = gate
         clash = set(self.meta) & _SUMMARY_KEYS
         if clash:
             raise ValueError(f"meta keys clash with summary keys: {sorted(clash)}")
 
     def with_meta(self, meta: Mapping[str, Any]) -> EvaluationReport:
         """The same results with more meta (the index, the pipeline, the LLM section)."""
-        return EvaluationReport(self.table, self.ks, self.match_mode, {**self.meta, **meta})
+        return EvaluationReport(self.table, self.ks, self.match_mode, {**self.meta, **meta}, gate=self.gate)
+
+    def with_gate(self, gate: GateResult) -> EvaluationReport:
+        """The same results with the CI gate's verdict against a baseline."""
+        return EvaluationReport(self.table, self.ks, self.match_mode, self.meta, gate=gate)
 
     @cached_property
     def samples(self) -> tuple[SampleRecord, ...]:
@@ -201,6 +213,8 @@ class EvaluationReport:
             "errors": self.error_counts(),
             "latency_ms": self.latency_ms(),
         }
+        if self.gate is not None:
+            core["gate"] = self.gate.to_dict()
         return {**core, **self.meta}
 
     def summary_json(self) -> str:
@@ -262,7 +276,8 @@ class EvaluationReport:
 
 
 _SUMMARY_KEYS = frozenset(
-    {"n_questions", "match", "ks", "metrics", "ci", "std", "n_scored", "skipped", "errors", "latency_ms"}
+    {"n_questions", "match", "ks", "metrics", "ci", "std", "n_scored", "skipped", "errors", "latency_ms",
+     "gate"}
 )
 
 

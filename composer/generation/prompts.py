@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from composer.llm.prompt import Localized, PromptLanguage, PromptTemplate
+from composer.llm.prompt import Localized, PromptLanguage, PromptTemplate, fenced
 
 AnswerTemplate = Literal["grounded", "concise"]
 """The answer templates' names, a type so configs and search spaces reject a misspelled one at load."""
@@ -64,10 +64,14 @@ _CONCISE: dict[PromptLanguage, str] = {
 
 
 def _answer_templates(systems: dict[PromptLanguage, str]) -> Localized:
-    return {
-        lang: PromptTemplate(systems[lang].replace("$refusal", REFUSALS[lang]), _ANSWER_USER[lang])
-        for lang in systems
-    }
+    """The templates of ``systems``, their passages fenced as untrusted data."""
+    return fenced(
+        {
+            lang: PromptTemplate(systems[lang].replace("$refusal", REFUSALS[lang]), _ANSWER_USER[lang])
+            for lang in systems
+        },
+        "contexts",
+    )
 
 
 ANSWER_TEMPLATES: dict[str, Localized] = {

@@ -13,12 +13,27 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
 from composer.errors import ComposerError
 from composer.index.bm25 import SparseVector
+
+
+@dataclass(frozen=True)
+class IndexInfo:
+    """An index a pipeline searches: its key, what it holds, whether it was built now or reused, what
+    encoding cost. A trial's record keeps it as it is (``composer.record.TrialRecord.index``)."""
+
+    key: str
+    n_documents: int
+    n_chunks: int
+    reused: bool
+    embeddings_computed: int
+    embeddings_reused: int
+    seconds: float
 
 
 class IndexBuildLost(ComposerError):

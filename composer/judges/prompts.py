@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from composer.llm.prompt import Localized, PromptTemplate
+from composer.llm.prompt import Localized, PromptTemplate, fenced
 
-STATEMENTS: Localized = {
+STATEMENTS: Localized = fenced({
     "ar": PromptTemplate(
         "قسّم الإجابة إلى عبارات واقعية قصيرة ومستقلة بذاتها، كل عبارة تُفهم دون الرجوع إلى غيرها. "
         "استبدل الضمائر بالأسماء التي تعود إليها، ولا تُضف أي معلومة غير موجودة في الإجابة، واكتب بلغة "
@@ -25,9 +25,9 @@ STATEMENTS: Localized = {
         'the answer\'s language. Reply with JSON only: {"statements": ["...", "..."]}',
         "Question: $question\n\nAnswer sentences:\n$sentences",
     ),
-}
+}, "sentences")
 
-FAITHFULNESS: Localized = {
+FAITHFULNESS: Localized = fenced({
     "ar": PromptTemplate(
         "لكل عبارة مرقّمة، قرّر هل يمكن استنتاجها مباشرة من السياق: 1 إذا كان السياق يدعمها، و0 إذا لم "
         "يدعمها "
@@ -50,9 +50,10 @@ FAITHFULNESS: Localized = {
         'short sentence"}',
         "Context:\n$contexts\n\nStatements:\n$statements",
     ),
-}
+}, "contexts",
+    "statements")
 
-CORRECTNESS: Localized = {
+CORRECTNESS: Localized = fenced({
     "ar": PromptTemplate(
         "قارن عبارات الإجابة بعبارات الإجابة المرجعية عن السؤال، بحسب المعنى لا الصياغة. لكل عبارة من "
         "الإجابة: 1 إذا "
@@ -80,9 +81,10 @@ CORRECTNESS: Localized = {
         "Question: $question\n\nAnswer statements:\n$answer_statements\n\nReference statements:\n"
         "$reference_statements",
     ),
-}
+}, "answer_statements",
+    "reference_statements")
 
-RATING: Localized = {
+RATING: Localized = fenced({
     "ar": PromptTemplate(
         "قيّم الإجابة مقارنةً بالإجابة المرجعية على مقياس من 1 إلى 5: 5 صحيحة وكاملة تمامًا؛ 4 صحيحة مع نقص "
         "أو عدم "
@@ -108,9 +110,10 @@ RATING: Localized = {
         'Reply with JSON only: {"rating": 4, "reason": "one short sentence"}',
         "Question: $question\n\nReference answer: $reference\n\nAnswer: $answer",
     ),
-}
+}, "reference",
+    "answer")
 
-RELEVANCY: Localized = {
+RELEVANCY: Localized = fenced({
     "ar": PromptTemplate(
         "اكتب $n أسئلة مختلفة تُعدّ الإجابة التالية ردًا عليها، بلغة الإجابة. وحدّد هل الإجابة مراوغة "
         '(غامضة أو متهربة أو رفض للإجابة: 1) أم لا (0). أجب بكائن JSON فقط: {"questions": ["..."], '
@@ -130,9 +133,9 @@ RELEVANCY: Localized = {
         'only: {"questions": ["..."], "noncommittal": 0}',
         "Answer: $answer",
     ),
-}
+}, "answer")
 
-CONTEXT_PRECISION: Localized = {
+CONTEXT_PRECISION: Localized = fenced({
     "ar": PromptTemplate(
         "لكل مقطع مرقّم، قرّر هل كان مفيدًا للوصول إلى الإجابة المرجعية عن السؤال: 1 مفيد، 0 غير مفيد. "
         'أعط حكمًا واحدًا لكل مقطع بالترتيب. أجب بكائن JSON فقط: {"verdicts": [1, 0]}',
@@ -151,9 +154,10 @@ CONTEXT_PRECISION: Localized = {
         "[1, 0]}",
         "Question: $question\n\nReference answer: $reference\n\nPassages:\n$contexts",
     ),
-}
+}, "reference",
+    "contexts")
 
-CONTEXT_RECALL: Localized = {
+CONTEXT_RECALL: Localized = fenced({
     "ar": PromptTemplate(
         "لكل جملة مرقّمة من الإجابة المرجعية، قرّر هل يمكن نسبتها إلى السياق: 1 إذا كان السياق يتضمن "
         "معلومتها، "
@@ -172,4 +176,15 @@ CONTEXT_RECALL: Localized = {
         'order. Reply with JSON only: {"verdicts": [1, 0]}',
         "Question: $question\n\nContext:\n$contexts\n\nReference answer sentences:\n$sentences",
     ),
+}, "contexts",
+    "sentences")
+
+METRIC_PROMPTS: dict[str, tuple[Localized, ...]] = {
+    "answer_correctness": (STATEMENTS, CORRECTNESS),
+    "faithfulness": (STATEMENTS, FAITHFULNESS),
+    "llm_judge_rating": (RATING,),
+    "answer_relevancy": (RELEVANCY,),
+    "context_precision": (CONTEXT_PRECISION,),
+    "context_recall": (CONTEXT_RECALL,),
 }
+"""The prompts each judged metric sends: what a judge check's agreement is bound to (its prompt hash)."""

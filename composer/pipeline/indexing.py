@@ -28,7 +28,7 @@ import math
 import mmap
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -42,6 +42,7 @@ from composer.embedding import CachedEmbedder
 from composer.index import Bm25Encoder, SparseVector, VectorIndex
 from composer.index.base import Found, IndexBuildLost, IndexDamaged, point_id
 from composer.index.bm25 import Report, SparseRows
+from composer.pipeline.saved import Built, save_index
 from composer.text.analyzers import Analyzer
 
 logger = logging.getLogger(__name__)
@@ -142,14 +143,15 @@ def _unit(x: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class IndexHandle:
-    """An open collection: its key, its chunks as a table, the BM25 encoder queries must use, its dense
-    dimension (None: BM25 only) and its vectors for exact rescoring."""
+    """An open collection: its key, its chunks (and as a table), the BM25 encoder queries must use, its
+    dense dimension (None: BM25 only) and its vectors for exact rescoring."""
 
     key: str
     table: ChunkTable
     bm25: Bm25Encoder
     dim: int | None
     exact: ExactScores
+    chunks: Sequence[Chunk] = ()
 
     @cached_property
     def points(self) -> dict[str, int]:
@@ -157,7 +159,7 @@ class IndexHandle:
         return {point_id(chunk_id): i for i, chunk_id in enumerate(self.table.ids)}
 
 
-def chunk_table(key: str, chunks: list[Chunk]) -> ChunkTable:
+def chunk_table(key: str, chunks: Sequence[Chunk]) -> ChunkTable:
     """The chunks as hits return them: with sentence windows, the window's text."""
     return ChunkTable(
         tuple(c.id for c in chunks), tuple(c.doc_id for c in chunks), tuple(c.text for c in chunks), key=key
@@ -175,19 +177,45 @@ def open_or_build(
     embedder: CachedEmbedder | None,
     report: Report | None = None,
     spill: Path | None = None,
+    save: SaveTo | None = None,
 ) -> tuple[IndexHandle, bool]:
     """The collection ``key`` opened (True) or built now (False). ``embedder`` None builds BM25 only.
     ``titles`` are the chunks' document titles, ``bm25_options`` the ``Bm25Encoder.fit`` keywords. The
     vectors kept for rescoring come from the embedding cache when the collection already exists; an
     existing collection that does not hold them is rebuilt (see the module docstring). ``spill``: where a
-    large index keeps them (see ``ExactScores``)."""
+    large index keeps them (see ``ExactScores``). ``save``: where and with what record to save what the
+    index was built from (``composer.pipeline.saved``), so a later process reopens it without the corpus."""
     Analyzer(bm25_options["analyzer"], bm25_options["stem"]).require()
-    table = chunk_table(key, chunks)
     texts = [c.indexed_text for c in chunks]
     bm25, sparse = Bm25Encoder.fit(texts, titles, **bm25_options, report=report)
     dense = embedder.encode_passages(texts) if embedder is not None else None
+    built = Built(key, chunks, bm25, sparse, dense)
+    if save is not None:
+        save_index(save.folder, built, save.record)
+    return open_built(backend, built, settings, report=report, spill=spill)
+
+
+@dataclass(frozen=True)
+class SaveTo:
+    """Where ``open_or_build`` saves what it built from, and the record saved with it."""
+
+    folder: Path
+    record: dict[str, Any]
+
+
+def open_built(
+    backend: VectorIndex,
+    built: Built,
+    settings: dict[str, Any],
+    *,
+    report: Report | None = None,
+    spill: Path | None = None,
+) -> tuple[IndexHandle, bool]:
+    """The collection ``built.key`` opened after its check (True), or filled from ``built`` now (False)."""
+    key, chunks, bm25, sparse, dense = built.key, built.chunks, built.bm25, built.sparse, built.dense
+    table = chunk_table(key, chunks)
     dim = None if dense is None else int(dense.shape[1])
-    handle = IndexHandle(key, table, bm25, dim, ExactScores(sparse, dense, spill))
+    handle = IndexHandle(key, table, bm25, dim, ExactScores(sparse, dense, spill), chunks)
     digest = _input_digest(table, dense, bm25)
     reused = _reusable(backend, handle, digest)
     handle.exact.release()  # the check read every vector
@@ -294,7 +322,7 @@ def _differing(found: Found, expected: dict[str, float]) -> int:
 def _fill(
     backend: VectorIndex,
     key: str,
-    chunks: list[Chunk],
+    chunks: Sequence[Chunk],
     dense: np.ndarray | None,
     sparse: SparseRows,
     meta: dict[str, Any],

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
+import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,9 +26,11 @@ from composer.data.types import Corpus, Hit, Question, Run
 from composer.embedding import CachedEmbedder
 from composer.errors import ComposerError
 from composer.generation import Answer, Generator, answer_questions, contexts_for
+from composer.index.base import IndexDamaged, IndexInfo
 from composer.llm import LLMClient, LLMConfig, judge_config
 from composer.pipeline.config import PipelineConfig, load_pipeline_config
-from composer.pipeline.indexing import IndexHandle, open_or_build
+from composer.pipeline.indexing import IndexHandle, SaveTo, open_built, open_or_build
+from composer.pipeline.saved import SAVED_DIR, find_saved, load_index, missing_index
 from composer.pipeline.workspace import Workspace, shared_embedder
 from composer.retrieval import Reranker, make_reranker
 from composer.retrieval.candidates import Search
@@ -37,6 +40,8 @@ from composer.retrieval.retriever import Branches, Latency, Retriever
 
 if TYPE_CHECKING:
     from composer.evaluation.report import StageError
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_WORKDIR = Path(".composer")
 SCRATCH = "scratch"
@@ -48,17 +53,6 @@ Rich bars from it, a study's live view its status line."""
 
 AnswerHook = Callable[[int], None]
 """``hook(n)``: n more questions answered (for live progress while a slow LLM answers)."""
-
-
-@dataclass(frozen=True)
-class IndexInfo:
-    key: str
-    n_documents: int
-    n_chunks: int
-    reused: bool
-    embeddings_computed: int
-    embeddings_reused: int
-    seconds: float
 
 
 def _rescored(scores: np.ndarray, items: list[int]) -> list[tuple[int, float]]:
@@ -160,19 +154,26 @@ class Pipeline:
 
     @property
     def handle(self) -> IndexHandle:
-        """The open index; a ComposerError before ``index``."""
+        """The open index: the one ``index`` opened, else the newest saved in the work dir for this
+        config (reopened without reading the corpus); a ComposerError when there is none."""
         if self._handle is None:
-            raise ComposerError("index a corpus first: pipeline.index(corpus)")
-        return self._handle
+            self._use(self._reopen())
+        return self._handle  # type: ignore[return-value]  # set by _use
 
     @property
     def key(self) -> str:
         """The open index's key (corpus, chunking and embedding settings)."""
         return self.handle.key
 
+    @property
+    def saved_indexes(self) -> Path:
+        """Where each built index's chunks and fitted BM25 are saved (``composer.pipeline.saved``)."""
+        return self.workspace.workdir / SAVED_DIR
+
     def index(self, corpus: Corpus) -> IndexInfo:
         """Build the collection for this corpus and these index settings, or reuse the one already built
-        (opened once per process; later pipelines on the same key reuse the open one).
+        (opened once per process; later pipelines on the same key reuse the open one). An index built
+        before is reopened from what its build saved: the corpus is neither chunked nor analysed again.
 
         Args:
             corpus: The documents to search.
@@ -188,12 +189,19 @@ class Pipeline:
         started = time.perf_counter()
         before = self.cache_stats
         dense = self.config.needs_dense_index
-        key = self.config.index_key(corpus.fingerprint(), self.embedder.identity if dense else None)
-        chunks = self.workspace.chunks(corpus, self.config.chunking)
+        identity = self.embedder.identity if dense else None
+        key = self.config.index_key(corpus.fingerprint(), identity)
         handle = self.workspace.indexes.get(key)
         reused = True
         if handle is None:
+            opened = self._open_saved(key, rebuildable=True)
+            if opened is not None:
+                handle, reused = opened
+        if handle is None:
+            chunks = self.workspace.chunks(corpus, self.config.chunking)
             titles = [doc.title if (doc := corpus.get(c.doc_id)) is not None else "" for c in chunks]
+            record = {"settings": self.config.index_settings(), "corpus": corpus.fingerprint(),
+                      "embedder": identity, "n_documents": len(corpus)}
             handle, reused = open_or_build(
                 self.workspace.backend,
                 key,
@@ -204,21 +212,67 @@ class Pipeline:
                 embedder=self.embedder if dense else None,
                 report=self.progress,
                 spill=self.workspace.workdir / SCRATCH,
+                save=SaveTo(self.saved_indexes / key, record),
             )
             self.workspace.indexes[key] = handle
-        self._handle = handle
-        self._chunks = chunks
-        self._retriever = None
+        self._use(handle)
         after = self.cache_stats
         return IndexInfo(
             key=key,
             n_documents=len(corpus),
-            n_chunks=len(chunks),
+            n_chunks=len(handle.table),
             reused=reused,
             embeddings_computed=after["embeddings_computed"] - before["embeddings_computed"],
             embeddings_reused=after["embeddings_reused"] - before["embeddings_reused"],
             seconds=time.perf_counter() - started,
         )
+
+    def _use(self, handle: IndexHandle) -> None:
+        self._handle = handle
+        self._chunks = handle.chunks
+        self._retriever = None
+        self.__dict__.pop("_chunk_by_id", None)
+
+    def _reopen(self) -> IndexHandle:
+        """The newest index saved in the work dir for this config, opened (see ``handle``)."""
+        identity = self.embedder.identity if self.config.needs_dense_index else None
+        settings = self.config.index_settings()
+        found = find_saved(self.saved_indexes, settings, identity)
+        if not found:
+            raise missing_index(self.saved_indexes, settings)
+        key = found[0].name
+        handle = self.workspace.indexes.get(key)
+        if handle is None:
+            opened = self._open_saved(key, rebuildable=False)
+            if opened is None:  # removed since find_saved saw it
+                raise missing_index(self.saved_indexes, settings)
+            handle = opened[0]
+        return handle
+
+    def _open_saved(self, key: str, *, rebuildable: bool) -> tuple[IndexHandle, bool] | None:
+        """Index ``key`` opened from what its build saved, and whether its collection was reused (False:
+        refilled from the saved data); None if nothing is saved for it. Damaged saved data raises
+        IndexDamaged, or with ``rebuildable`` (the corpus is at hand) is removed with a warning."""
+        folder = self.saved_indexes / key
+        if not (folder / "index.json").is_file():
+            return None
+        try:
+            built = load_index(folder)
+        except IndexDamaged as exc:
+            if not rebuildable:
+                raise
+            logger.warning("%s; rebuilding it from the corpus", exc)
+            shutil.rmtree(folder, ignore_errors=True)
+            return None
+        handle, reused = open_built(
+            self.workspace.backend,
+            built,
+            self.config.index_settings(),
+            report=self.progress,
+            spill=self.workspace.workdir / SCRATCH,
+        )
+        self.workspace.indexes[key] = handle
+        return handle, reused
 
     def universe(self) -> Mapping[str, tuple[str, str]]:
         """Every indexed chunk as chunk_id -> (doc_id, text): the pool that answer matching judges."""
@@ -332,7 +386,8 @@ class Pipeline:
         retrieval = self.config.retrieval.model_copy(update={"k": k})
         twin = Pipeline(self.config.model_copy(update={"retrieval": retrieval}), workspace=self.workspace,
                         progress=self.progress, llm=self.llm)
-        twin._handle, twin._embedder = self.handle, self._embedder
+        twin._use(self.handle)
+        twin._embedder = self._embedder
         twin._reranker, twin._generator = self._reranker, self._generator
         return twin
 
@@ -513,3 +568,41 @@ class Pipeline:
         if config is None:
             raise ComposerError("query expansion and LLM reranking need an LLM: set generation.model")
         return self.workspace.client(config)
+
+    # -- frameworks ------------------------------------------------------------------------------
+
+    def as_langchain_retriever(self, k: int | None = None) -> Any:
+        """This pipeline as a LangChain retriever (needs the ``langchain`` extra).
+
+        Args:
+            k: Hits per query (default: the config's ``retrieval.k``).
+
+        Returns:
+            A ``langchain_core`` ``BaseRetriever`` whose Documents carry id, doc_id, score and citation.
+
+        Example:
+            ::
+
+                chain = pipe.as_langchain_retriever(k=3) | format_docs
+        """
+        from composer.adapters import langchain_retriever
+
+        return langchain_retriever(self, k)
+
+    def as_llamaindex_retriever(self, k: int | None = None) -> Any:
+        """This pipeline as a LlamaIndex retriever (needs the ``llamaindex`` extra).
+
+        Args:
+            k: Hits per query (default: the config's ``retrieval.k``).
+
+        Returns:
+            A ``llama_index.core`` ``BaseRetriever`` of NodeWithScore (metadata: id, doc_id, score, citation).
+
+        Example:
+            ::
+
+                engine = RetrieverQueryEngine.from_args(pipe.as_llamaindex_retriever(k=3), llm=llm)
+        """
+        from composer.adapters import llamaindex_retriever
+
+        return llamaindex_retriever(self, k)

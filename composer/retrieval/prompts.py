@@ -6,7 +6,7 @@ grade, a ranking).
 
 from __future__ import annotations
 
-from composer.llm.prompt import Localized, PromptTemplate
+from composer.llm.prompt import Localized, PromptTemplate, fenced
 
 MULTI_QUERY: Localized = {
     "ar": PromptTemplate(
@@ -88,7 +88,7 @@ STEP_BACK: Localized = {
     ),
 }
 
-RERANK_POINTWISE: Localized = {
+RERANK_POINTWISE: Localized = fenced({
     "ar": PromptTemplate(
         "قيّم مدى فائدة المقطع للإجابة عن السؤال: 0 غير ذي صلة، 1 ذو صلة لكنه لا يجيب، 2 يجيب جزئيًا، "
         '3 يجيب تمامًا. أجب بكائن JSON فقط: {"score": n}',
@@ -104,9 +104,9 @@ RERANK_POINTWISE: Localized = {
         '2 partly answers, 3 fully answers. Reply with JSON only: {"score": n}',
         "Question: $question\n\nPassage:\n$passage",
     ),
-}
+}, "passage")
 
-RERANK_LISTWISE: Localized = {
+RERANK_LISTWISE: Localized = fenced({
     "ar": PromptTemplate(
         "رتّب المقاطع المرقّمة من الأكثر فائدة إلى الأقل فائدة للإجابة عن السؤال، واذكر رقم كل مقطع مرة "
         "واحدة. "
@@ -124,4 +124,4 @@ RERANK_LISTWISE: Localized = {
         'number once. Reply with JSON only: {"ranking": [3, 1, 2]}',
         "Question: $question\n\nPassages:\n$passages",
     ),
-}
+}, "passages")

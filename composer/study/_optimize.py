@@ -15,12 +15,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from composer.errors import ComposerError, StudyStopped, option
-from composer.evaluation.system import NotASystem
-from composer.files import disk_full_error
-from composer.redact import scrub_url
+from composer.record import TrialRecord
 from composer.study import _optuna
 from composer.study._workers import (
     MAX_RETRIES,
@@ -29,14 +27,14 @@ from composer.study._workers import (
     failed_by_heartbeat,
     recover_lost_trials,
     retry_lost_trial,
-    twin_retry,
 )
 from composer.study.experiment import StopConfig
-from composer.study.record import Fate, TrialRecord, failure_of, fate_of
+from composer.study.fate import Fate, failure_of, fate_of
 
 if TYPE_CHECKING:
     import optuna
 
+    from composer.tracking.trial import TrialReport
     from composer.tracking.writer import StudyTracker
 
 logger = logging.getLogger(__name__)
@@ -48,10 +46,6 @@ whose combinations are mostly invalid, or a sampler stuck on one point, still en
 SHARE_FROM = 10
 """Trials that must have ended before the failed share (``StopConfig.failed_share``) can stop a study: the
 first failures of a young study say little about the share."""
-
-
-class SurplusTrial(ComposerError):
-    """A trial started after the study's target was reached (by other workers): failed unscored."""
 
 
 HOLDS_A_SLOT: frozenset[Fate] = frozenset({"complete", "pruned", "running"})
@@ -93,15 +87,22 @@ TrialHook = Callable[["optuna.Study", "optuna.trial.FrozenTrial", "Sequence[optu
 
 
 def after_each_trial(
-    *hooks: TrialHook, tracker: StudyTracker | None = None, untagged_after_s: float | None = None
+    *hooks: TrialHook,
+    tracker: StudyTracker | None = None,
+    reports: Callable[[int], TrialReport] | None = None,
+    untagged_after_s: float | None = None,
 ) -> Callable[[optuna.Study, optuna.trial.FrozenTrial], None]:
-    """One Optuna callback for the hooks that read the study's trials when a trial ends: they share one
-    read of them (each read is a query of the storage, ~4 ms). With a ``tracker``, trials of workers that
-    died meanwhile (another process of this study, on this machine) are failed and queued again first,
-    so their slots are not counted as held and no worker stops one trial short; they, and the trials
-    Optuna failed here for a lost heartbeat before this trial began, get a FAILED MLflow run."""
+    """One Optuna callback, called once Optuna has told a trial's end: the trial, as stored, goes to the
+    MLflow ``tracker`` with what it produced (``reports``: ``TrialRunner.pop_report``), then the hooks
+    that read the study's trials share one read of them (each read is a query of the storage, ~4 ms).
+    With a ``tracker``, trials of workers that died meanwhile (another process of this study, on this
+    machine) are failed and queued again first, so their slots are not counted as held and no worker stops
+    one trial short; they, and the trials Optuna failed here for a lost heartbeat before this trial began,
+    get a FAILED MLflow run."""
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if tracker is not None and reports is not None:
+            tracker.submit(trial, reports(trial.number))
         trials = study.get_trials(deepcopy=False)
         if tracker is not None:
             lost = fail_trials_of_gone_workers(study, trials, untagged_after_s=untagged_after_s)
@@ -109,7 +110,7 @@ def after_each_trial(
                 retry_lost_trial(study, t)
             stale = failed_by_heartbeat(study)
             if lost or stale:
-                tracker.lost([_lost(t) for t in lost] + [_lost(t, STALE) for t in stale])
+                tracker.lost([(t, LOST) for t in lost] + [(t, STALE) for t in stale])
                 trials = study.get_trials(deepcopy=False)
         for hook in hooks:
             hook(study, trial, trials)
@@ -164,67 +165,6 @@ class CtrlC:
             raise KeyboardInterrupt
 
 
-class StudyObjective:
-    """``run`` as the study's objective: only for the first ``target`` trials that hold a slot, in
-    trial-number order (every trial without a target), once per queued retry, and with every failure on
-    the trial's record. ``trial_id`` is the trial it ran last.
-
-    Two workers checking the count at the same instant may both start one more trial; numbers are
-    unique, so every worker agrees which is surplus: it stops its worker and fails unscored. Two workers
-    starting together after a crash may both queue a retry of one lost trial: the later-numbered retry is
-    surplus the same way. A failure that ``run`` did not record (an error after the trial's record was
-    saved, a full disk) is recorded here as the pipeline's, so it counts toward the stop rules and is
-    never taken for a trial whose process died.
-    """
-
-    def __init__(
-        self,
-        target: int | None,
-        run: Callable[[optuna.Trial], Any],
-        tracker: StudyTracker | None,
-        worker: str | None = None,
-    ) -> None:
-        self.target = target
-        self.run = run
-        self.tracker = tracker
-        self.worker = worker
-        self.trial_id: int | None = None
-        self.fatal: ComposerError | None = None
-        """An error no trial can get past (a full disk, a factory that returns no system): the study stops
-        at the first trial that meets it, and ``optimize`` raises it."""
-
-    def __call__(self, trial: optuna.Trial) -> Any:
-        import optuna
-
-        self.trial_id = _optuna.trial_id(trial)
-        reason = None
-        if self.target is not None and target_reached(trial.study, self.target, before=trial.number):
-            trial.study.stop()
-            reason = f"surplus: the study's {self.target} trials were already taken by other workers"
-        elif (twin := twin_retry(trial.study, trial.number, _optuna.system_attrs(trial))) is not None:
-            reason = f"surplus: trial #{twin} already runs this retry"
-        if reason is not None:
-            TrialRecord({}, "", self.worker, error=reason, failure="surplus").save(trial)
-            if self.tracker is not None:
-                self.tracker.lost([(trial.number, None, reason)])
-            raise SurplusTrial(reason)
-        try:
-            return self.run(trial)
-        except optuna.TrialPruned:
-            raise
-        except Exception as exc:
-            fatal = exc if isinstance(exc, NotASystem) else disk_full_error(exc)
-            if fatal is not None:  # no trial can run: stop now, not after the stop rules' failures
-                self.fatal = fatal
-                trial.study.stop()
-            record = TrialRecord.of(trial)
-            if record is None or record.failure is None:
-                error = scrub_url(f"{type(exc).__name__}: {exc}")[:4000]
-                base = record or TrialRecord(dict(trial.params), "", self.worker)
-                base.updated(error=error, failure="error").save(trial)
-            raise
-
-
 LOST = f"the process running this trial died; its configuration runs again (up to {MAX_RETRIES} times)"
 STALE = (
     "no heartbeat from the process running this trial for 2 x heartbeat_interval: taken for dead (killed, "
@@ -232,12 +172,22 @@ STALE = (
 )
 
 
+class Runner(Protocol):
+    """What ``optimize`` runs each trial with (``composer.study.runner.TrialRunner``)."""
+
+    trial_id: int | None
+    fatal: ComposerError | None
+
+    def __call__(self, trial: optuna.Trial) -> float | tuple[float, ...]: ...
+
+
 def optimize(
     study: optuna.Study,
-    objective: StudyObjective,
+    runner: Runner,
     *,
     timeout: float | None,
     callback: Callable[[optuna.Study, optuna.trial.FrozenTrial], None],
+    tracker: StudyTracker | None = None,
 ) -> None:
     """``study.optimize`` until a hook stops it or ``timeout`` passes (no trial count: repeats free their
     slot, so ``stop_at`` ends the loop). A trial of this process that another process failed meanwhile
@@ -256,16 +206,16 @@ def optimize(
             if left is not None and left <= 0:
                 return
             try:
-                study.optimize(objective, timeout=left, catch=(Exception,), callbacks=[callback])
-                if objective.fatal is not None:
-                    raise objective.fatal
+                study.optimize(runner, timeout=left, catch=(Exception,), callbacks=[callback])
+                if runner.fatal is not None:
+                    raise runner.fatal
                 return
             except (ValueError, AssertionError):
-                lost = None if objective.trial_id is None else _optuna.get_trial(study, objective.trial_id)
+                lost = None if runner.trial_id is None else _optuna.get_trial(study, runner.trial_id)
                 if lost is None or failure_of(lost) != "lost":
                     raise
-                if objective.tracker is not None:  # its run, written as the trial ended, is closed FAILED
-                    objective.tracker.lost([_lost(lost, STALE)])
+                if tracker is not None:  # a run it may have had is closed FAILED
+                    tracker.lost([(lost, STALE)])
                 logger.warning("trial #%d was failed by another process that took this one for dead; its "
                                "configuration runs again", lost.number)
     finally:
@@ -277,19 +227,10 @@ def record_lost_trials(study: optuna.Study, tracker: StudyTracker, *, untagged_a
     run: at once for a process of this machine that is gone, by heartbeat for the others."""
     recover_lost_trials(study, untagged_after_s=untagged_after_s)
     stale = {t.number for t in failed_by_heartbeat(study)}
-    lost = [
-        _lost(t, STALE if t.number in stale else LOST)
-        for t in study.get_trials(deepcopy=False)
-        if failure_of(t) == "lost"
-    ]
+    lost = [(t, STALE if t.number in stale else LOST) for t in study.get_trials(deepcopy=False)
+            if failure_of(t) == "lost"]
     if lost:
         tracker.lost(lost)
-
-
-def _lost(trial: optuna.trial.FrozenTrial, reason: str = LOST) -> tuple[int, dict[str, Any], str]:
-    """What the MLflow writer records of a lost trial: its number, configuration and why."""
-    record = TrialRecord.of(trial)
-    return trial.number, dict(record.config) if record is not None else dict(trial.params), reason
 
 
 class FailureGuard:

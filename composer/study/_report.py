@@ -7,9 +7,9 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from composer.record import TrialRecord
 from composer.redact import scrub_url
 from composer.study.leaderboard import ranked_trials
-from composer.study.record import TrialRecord
 from composer.tracking.summary import (
     Contender,
     Difference,

@@ -28,10 +28,11 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from composer.errors import ConfigError
+from composer.record import TrialRecord
 from composer.study import _optuna
-from composer.study._workers import retried_numbers, tag_trial, worker_id
+from composer.study._workers import WORKER_ATTR, retried_numbers, tag_trial, worker_id
 from composer.study.experiment import ExperimentConfig, PrunerConfig
-from composer.study.record import GRID_ID, TrialRecord, failure_of
+from composer.study.fate import GRID_ID, failure_of
 from composer.study.space import SearchSpace
 
 
@@ -225,7 +226,6 @@ class ConditionalGridSampler(BaseSampler):
                 return True
             if kind == "lost":
                 return t.number not in retried
-            record = TrialRecord.of(t)
-            return kind == "invalid" or (kind == "error" and record is not None and record.worker == me)
+            return kind == "invalid" or (kind == "error" and t.system_attrs.get(WORKER_ATTR) == me)
 
         return {t.system_attrs[GRID_ID] for t in trials if GRID_ID in t.system_attrs and holds(t)}

@@ -149,7 +149,8 @@ def retry_lost_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> No
     draw the others anew."""
     import optuna
 
-    from composer.study.record import GRID_ID, TrialRecord
+    from composer.record import TrialRecord
+    from composer.study.fate import GRID_ID
 
     history = [*trial.system_attrs.get("retry_history", []), trial.number]
     drawn = TrialRecord.of(trial) is not None or GRID_ID in trial.system_attrs
@@ -230,7 +231,7 @@ def recover_lost_trials(study: optuna.Study, *, untagged_after_s: float | None =
     never queued, so a study killed at any moment loses no trial."""
     import optuna
 
-    from composer.study.record import failure_of
+    from composer.study.fate import failure_of
 
     fail_trials_of_gone_workers(study, untagged_after_s=untagged_after_s)
     with warnings.catch_warnings():
@@ -246,7 +247,7 @@ def recover_lost_trials(study: optuna.Study, *, untagged_after_s: float | None =
 def twin_retry(study: optuna.Study, number: int, system_attrs: dict[str, object]) -> int | None:
     """The earlier trial that is the same retry as trial ``number`` (queued twice by two processes that
     recovered the same lost trial at once), if it has not itself been cut off; None for a first retry."""
-    from composer.study.record import failure_of
+    from composer.study.fate import failure_of
 
     history = system_attrs.get("retry_history")
     if not history:

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from composer.errors import InputError
 from composer.files import write_atomic
+from composer.record import TrialRecord
 from composer.redact import scrub, scrub_url
 from composer.study.leaderboard import STUDY_ATTR, ranked_trials
-from composer.study.record import TrialRecord
 from composer.yamlfile import dump_yaml
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from composer.study.record import TrialRecord
+from composer.record import TrialRecord
 
 if TYPE_CHECKING:
     import optuna
@@ -110,7 +110,7 @@ def failure_causes(trials: Sequence[optuna.trial.FrozenTrial]) -> list[tuple[str
     """Failed trials grouped by cause, most frequent first: the first line of the error, "invalid
     configuration" for sampled values that make none, "process died" for a trial whose worker was lost.
     Surplus trials (another worker took the last slot) are no failure of a pipeline and left out."""
-    from composer.study.record import failure_of
+    from composer.study.fate import failure_of
 
     causes: dict[str, list[int]] = {}
     for t in trials:

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from rich.markup import escape
 
+from composer.record import TrialRecord
 from composer.study.leaderboard import describe_params
-from composer.study.record import TrialRecord
 
 if TYPE_CHECKING:
     import optuna
@@ -72,8 +72,8 @@ class StudyProgress:
         note = ""
         if repeat is not None:
             note = f" [dim](same config as #{repeat})[/dim]"
-        elif trial.state == TrialState.PRUNED and record is not None and record.pruned_at is not None:
-            note = f" [dim](pruned after {record.pruned_at.questions} questions)[/dim]"
+        elif trial.state == TrialState.PRUNED and (at := _pruned_at(record)) is not None:
+            note = f" [dim](pruned after {at:.0f} questions)[/dim]"
         elif trial.state == TrialState.FAIL:
             error = (record.error if record is not None else None) or "its process died"
             note = f" [red]{escape(error.splitlines()[0][:300])}[/red]"
@@ -118,3 +118,8 @@ class StudyProgress:
 def _clock(seconds: float) -> str:
     s = int(seconds)
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def _pruned_at(record: TrialRecord | None) -> float | None:
+    """The questions a pruned trial had scored when it stopped."""
+    return None if record is None else record.metrics.get("pruned_at_questions")

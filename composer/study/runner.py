@@ -1,5 +1,5 @@
 """One trial: sample a config, index (or reuse), rank, answer and judge what the objective needs, score,
-report to the pruner, hand the result to the MLflow writer.
+report to the pruner, and record it on the trial; its report waits for the MLflow writer.
 
 Questions are scored in fixed-order batches and the running objective is reported after each one, so an
 Optuna pruner compares trials on the same questions at the same step and can stop a poor trial early.
@@ -15,9 +15,8 @@ import copy
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,15 +35,21 @@ from composer.evaluation.scoring import (
     score_pipeline,
     usage_metrics,
 )
+from composer.evaluation.system import NotASystem
+from composer.files import disk_full_error
 from composer.judges import JudgeConfig
 from composer.llm import LLMConfig, Usage, track_usage
 from composer.pipeline.config import PipelineConfig
 from composer.protocols import SystemFactory
+from composer.record import FailureKind, TrialRecord
 from composer.redact import scrub_url
+from composer.study import _optuna
+from composer.study._optimize import target_reached
+from composer.study._workers import twin_retry
 from composer.study.experiment import ObjectiveConfig
 from composer.study.objective import Objective, available_metrics, needs_answers
-from composer.study.record import IndexUse, PrunedAt, TrialLog, TrialRecord
 from composer.study.space import SearchSpace
+from composer.tracking.trial import TrialReport
 
 if TYPE_CHECKING:
     import optuna
@@ -56,10 +61,7 @@ logger = logging.getLogger(__name__)
 
 USAGE_METRICS = frozenset(Usage().to_dict())
 TRACED = 25
-"""Questions whose generation details a TrialLog carries for MLflow traces, at most."""
-
-Sink = Callable[[TrialLog], None]
-"""Receives every trial's log when it ends (the MLflow writer's queue)."""
+"""Questions whose generation details a TrialReport carries for MLflow traces, at most."""
 
 
 Configured = PipelineConfig | dict[str, Any]
@@ -229,98 +231,122 @@ def generation_defaults(llm: LLMConfig) -> dict[str, Any]:
     return out
 
 
+class SurplusTrial(ComposerError):
+    """A trial started after the study's target was reached (by other workers): failed unscored."""
+
+
+class InvalidConfiguration(ComposerError):
+    """A trial's sampled values make no valid configuration: failed unscored, as Optuna's own FAIL."""
+
+
 class TrialRunner:
-    """The Optuna objective: ``study.optimize(TrialRunner(data, sink), ...)``; ``on_stage`` shows a
-    running trial's progress (questions retrieved, answered, judged)."""
+    """The study's one Optuna objective: ``study.optimize(TrialRunner(data, target=n), ...)``.
+
+    It runs a trial only while the study's first ``target`` slot-holding trials are not all taken (in
+    trial-number order; every trial without a target), and once per queued retry: two workers checking the
+    count at the same instant may both start one more trial; numbers are unique, so every worker agrees
+    which is surplus: it stops its worker and fails unscored (as does the later of two retries of one lost
+    trial). Every failure is recorded here, on the trial's record, so it counts toward the stop rules and is
+    never taken for a trial whose process died. What a trial produced for MLflow waits in ``reports`` until
+    Optuna has told its end (``pop_report``). ``on_stage`` shows a running trial's progress."""
 
     def __init__(
-        self,
-        data: StudyData,
-        sink: Sink | None = None,
-        *,
-        worker: str | None = None,
-        on_stage: StageHook | None = None,
+        self, data: StudyData, *, target: int | None = None, on_stage: StageHook | None = None
     ) -> None:
         self.data = data
-        self.sink = sink
-        self.worker = worker
+        self.target = target
         self.on_stage = on_stage
+        self.reports: dict[int, TrialReport] = {}
+        self.trial_id: int | None = None
+        """The trial it ran last (Optuna's id): the one whose tell fails if another process failed it."""
+        self.fatal: ComposerError | None = None
+        """An error no trial can get past (a full disk, a factory that returns no system): the study stops
+        at the first trial that meets it, and ``optimize`` raises it."""
 
     def __call__(self, trial: optuna.Trial) -> float | tuple[float, ...]:
         import optuna
 
-        started = datetime.now(timezone.utc)
-        try:
-            config, digest = self.data.configure(self.data.space.params(trial))
-        except ComposerError as exc:  # an invalid combination of sampled values
-            TrialRecord(dict(trial.params), "", self.worker, error=str(exc), failure="invalid").save(trial)
-            self._emit(
-                TrialLog(trial.number, dict(trial.params), started, "FAIL", tags={"composer.error": str(exc)})
-            )
-            raise
-        record = TrialRecord(config_dict(config), digest, self.worker)
-        earlier = completed_with(trial.study, record.config_hash)
-        if earlier is not None:
-            return self._repeat(trial, record, config, earlier, started)
-        record.save(trial)  # the config is on the trial at once: a crash leaves it for the retry
-        log = TrialLog(trial.number, config, started)
-        steps: list[float] = []
-        last: list[EvaluationReport] = []
-        objective = self.data.objective
+        self.trial_id = _optuna.trial_id(trial)
         with track_usage() as usage:
             try:
-                pipeline = self.data.pipeline(config)
-                info = pipeline.index(self.data.corpus)
-                if info is not None:  # a user's system keeps its own index
-                    record = record.updated(
-                        index=IndexUse(
-                            info.key,
-                            info.n_chunks,
-                            info.reused,
-                            info.embeddings_computed,
-                            info.embeddings_reused,
-                            info.seconds,
-                        )
-                    )
-                    log.tags["composer.index_key"] = info.key
-                if self.data.judging is not None:
-                    log.tags["composer.judge_model"] = self.data.judging.model
-                scored = self.data.score(
-                    pipeline,
-                    self.data.questions,
-                    on_stage=self.on_stage,
-                    on_batch=lambda step, report: self._step(trial, step, report, steps, last),
-                )
+                self._claim_slot(trial)
+                return self.evaluate(trial, usage)
             except optuna.TrialPruned:
-                pruned = PrunedAt(len(steps) - 1, len(last[-1]))
-                metrics = {
-                    "composite_at_prune": steps[-1],
-                    "pruned_at_step": float(pruned.step),
-                    "pruned_at_questions": float(pruned.questions),
-                }
-                record = record.updated(metrics=metrics, pruned_at=pruned, llm_usage=usage_metrics(usage))
-                record.save(trial)
-                log.state, log.steps, log.report = "PRUNED", steps, last[-1]
-                log.metrics = {**metrics, **usage_metrics(usage)}
-                self._emit(log)
                 raise
             except Exception as exc:
-                error = scrub_url(f"{type(exc).__name__}: {exc}")[:4000]
-                record.updated(error=error, failure="error", llm_usage=usage_metrics(usage)).save(trial)
-                log.state, log.metrics = "FAIL", usage_metrics(usage)
-                log.tags["composer.error"] = error
-                if usage.calls:
-                    log.error_rates = {**usage.error_rates(), "reason": error}
-                self._emit(log)
+                self._failed(trial, exc, usage)
                 raise
-        metrics = flat_metrics(scored, objective)
+
+    def pop_report(self, number: int) -> TrialReport:
+        """What trial ``number`` produced for its MLflow run (nothing, for a trial of another process)."""
+        return self.reports.pop(number, TrialReport())
+
+    def _claim_slot(self, trial: optuna.Trial) -> None:
+        if self.target is not None and target_reached(trial.study, self.target, before=trial.number):
+            trial.study.stop()
+            raise SurplusTrial(
+                f"surplus: the study's {self.target} trials were already taken by other workers"
+            )
+        twin = twin_retry(trial.study, trial.number, _optuna.system_attrs(trial))
+        if twin is not None:
+            raise SurplusTrial(f"surplus: trial #{twin} already runs this retry")
+
+    def _failed(self, trial: optuna.Trial, exc: Exception, usage: Usage) -> None:
+        """Record why the trial failed, and stop the study on an error no trial can get past."""
+        fatal = exc if isinstance(exc, NotASystem) else disk_full_error(exc)
+        if fatal is not None:
+            self.fatal = fatal
+            trial.study.stop()
+        failure: FailureKind = (
+            "surplus" if isinstance(exc, SurplusTrial) else "invalid" if isinstance(exc, InvalidConfiguration)
+            else "error"
+        )
+        error = str(exc) if failure != "error" else scrub_url(f"{type(exc).__name__}: {exc}")[:4000]
+        record = TrialRecord.of(trial) or TrialRecord(dict(trial.params), "")
+        record.updated(error=error, failure=failure, llm_usage=usage_metrics(usage)).save(trial)
+        if usage.calls:
+            self.reports[trial.number] = TrialReport(error_rates=usage.error_rates())
+
+    def evaluate(self, trial: optuna.Trial, usage: Usage) -> float | tuple[float, ...]:
+        """Run the trial's configuration (or answer a repeat from its earlier trial) and record it."""
+        import optuna
+
+        try:
+            config, digest = self.data.configure(self.data.space.params(trial))
+        except ComposerError as exc:
+            raise InvalidConfiguration(str(exc)) from exc
+        record = TrialRecord(config_dict(config), digest)
+        earlier = completed_with(trial.study, record.config_hash)
+        if earlier is not None:
+            return self._repeat(trial, record, earlier)
+        record.save(trial)  # the config is on the trial at once: a crash leaves it for the retry
+        steps: list[float] = []
+        last: list[EvaluationReport] = []
+        pipeline = self.data.pipeline(config)
+        index = pipeline.index(self.data.corpus)  # None for a user's system: it keeps its own index
+        record = record.updated(index=index)
+        judge = self.data.judging.model if self.data.judging is not None else None
+        try:
+            scored = self.data.score(
+                pipeline,
+                self.data.questions,
+                on_stage=self.on_stage,
+                on_batch=lambda step, report: self._step(trial, step, report, steps, last),
+            )
+        except optuna.TrialPruned:
+            metrics = {"composite_at_prune": steps[-1], "pruned_at_questions": float(len(last[-1]))}
+            record.updated(metrics=metrics, llm_usage=usage_metrics(usage)).save(trial)
+            self.reports[trial.number] = TrialReport(last[-1], judge=judge)
+            raise
+        except Exception:
+            record.save(trial)  # the index it searched joins the failure's record
+            raise
+        metrics = flat_metrics(scored, self.data.objective)
         record.updated(metrics=metrics, llm_usage=usage_metrics(usage),
                        seconds=time_split(record, scored.seconds)).save(trial)
-        log.state, log.metrics, log.steps, log.report = "COMPLETE", metrics, steps, scored.report
-        log.answerer, log.judge = scored.answerer, scored.judge
-        log.generation = generation_details(scored, config, TRACED)
-        self._emit(log)
-        values = objective.values(metrics)
+        generation = generation_details(scored, config, TRACED)
+        self.reports[trial.number] = TrialReport(scored.report, scored.answerer, scored.judge, generation)
+        values = self.data.objective.values(metrics)
         return values[0] if len(values) == 1 else values
 
     def _step(
@@ -344,29 +370,16 @@ class TrialRunner:
             raise optuna.TrialPruned(f"pruned after {len(report)} questions (composite {value:.4f})")
 
     def _repeat(
-        self,
-        trial: optuna.Trial,
-        record: TrialRecord,
-        config: Configured,
-        earlier: optuna.trial.FrozenTrial,
-        started: datetime,
+        self, trial: optuna.Trial, record: TrialRecord, earlier: optuna.trial.FrozenTrial
     ) -> float | tuple[float, ...]:
-        """Answer a repeated configuration with the result already in the study."""
+        """Answer a repeated configuration with the result already in the study: its scores are the earlier
+        trial's, its LLM usage nothing (it made no call)."""
         first = TrialRecord.of(earlier)
         assert first is not None and earlier.values is not None
-        record.updated(duplicate_of=earlier.number, metrics=first.metrics, index=first.index).save(trial)
-        # The repeat's scores are the earlier trial's, its LLM usage nothing: it made no call.
         spent = {k: 0.0 for k in first.metrics if k in USAGE_METRICS or k.startswith("llm_failed_requests_")}
-        log = TrialLog(trial.number, config, started, state="COMPLETE", metrics={**first.metrics, **spent})
-        log.tags["composer.duplicate_of"] = str(earlier.number)
-        if first.index is not None:
-            log.tags["composer.index_key"] = first.index.key
-        self._emit(log)
+        record.updated(duplicate_of=earlier.number, metrics={**first.metrics, **spent},
+                       index=first.index).save(trial)
         return earlier.values[0] if len(earlier.values) == 1 else tuple(earlier.values)
-
-    def _emit(self, log: TrialLog) -> None:
-        if self.sink is not None:
-            self.sink(log)
 
 
 def time_split(record: TrialRecord, seconds: Mapping[str, float]) -> dict[str, float]:

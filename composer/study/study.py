@@ -24,13 +24,12 @@ from composer.data.types import Corpus, QuestionSet
 from composer.errors import ConfigError, option
 from composer.llm.preflight import check_reachable
 from composer.protocols import SystemFactory
+from composer.record import SCHEMA, TrialRecord
 from composer.redact import scrub_url
 from composer.study import _optimize, _report
 from composer.study._storage import load_study, open_study
-from composer.study._workers import worker_id
 from composer.study.experiment import ExperimentConfig, SplitConfig, import_factory
 from composer.study.leaderboard import STUDY_ATTR, leaderboard, ranked_trials, report_console
-from composer.study.record import SCHEMA, TrialRecord
 from composer.study.runner import StudyData, TrialRunner
 from composer.study.space import SearchSpace, language_warning, load_search_space
 from composer.tracking.summary import HeldOut, StudySummary
@@ -273,16 +272,14 @@ def _run_trials(
         return
     guard = _optimize.FailureGuard(exp.stop)
     with StudyProgress(console, target, done, exp.timeout) as progress, _optimize.CtrlC() as ctrl_c:
-        worker = worker_id()
-        runner = TrialRunner(data, tracker.submit, worker=worker, on_stage=progress.stage)
-        objective = _optimize.StudyObjective(target, runner, tracker, worker)
+        runner = TrialRunner(data, target=target, on_stage=progress.stage)
         hooks: list[_optimize.TrialHook] = [ctrl_c.hook, progress, guard]
         if target is not None:
             hooks.insert(0, _optimize.stop_at(target))
         callback = _optimize.after_each_trial(
-            *hooks, tracker=tracker, untagged_after_s=2 * exp.heartbeat_interval
+            *hooks, tracker=tracker, reports=runner.pop_report, untagged_after_s=2 * exp.heartbeat_interval
         )
-        _optimize.optimize(study, objective, timeout=exp.timeout, callback=callback)
+        _optimize.optimize(study, runner, timeout=exp.timeout, callback=callback, tracker=tracker)
     guard.raise_if_stopped(study.study_name)
 
 

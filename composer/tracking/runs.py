@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext, suppress
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,14 +28,16 @@ from composer.evaluation.report import report_files
 from composer.files import plain_name, write_atomic
 from composer.locks import FileLock
 from composer.mlflow_store import prepare_mlflow_store
+from composer.record import TrialRecord
 from composer.redact import flatten, scrub, scrub_url
 from composer.store import sqlite_file
 from composer.tracking.parent import ParentClaims
 from composer.tracking.summary import StudySummary
-from composer.tracking.trial import TrialLog
+from composer.tracking.trial import TrialReport, trial_config
 from composer.yamlfile import dump_yaml
 
 if TYPE_CHECKING:
+    import optuna
     import pandas as pd
     from mlflow import MlflowClient
     from mlflow.entities import LiveSpan, Param, RunInfo
@@ -276,59 +279,64 @@ class RunWriter:
         }
 
     # Trials ------------------------------------------------------------------------------------------
-    def write_trial(self, log: TrialLog, *, traces: bool = True) -> str:
-        """One nested run: params, metrics (every metric at every k), tags, artifacts (``trial_files``)
-        and traces. A run the trial already has is kept if it was finished, replaced if a writer died while
-        writing it."""
+    def write_trial(
+        self, trial: optuna.trial.FrozenTrial, report: TrialReport, *, traces: bool = True
+    ) -> str:
+        """One nested run, made from the trial as Optuna stored it, its record and its report: params,
+        metrics (every metric at every k; the pruner's steps as ``running_composite``), tags, artifacts
+        (``trial_files``) and traces. A run the trial already has is kept if it was finished, replaced if a
+        writer died while writing it."""
         from mlflow.entities import Metric, RunTag
 
-        known = self._replace(log.number)
+        known = self._replace(trial.number)
         if known is not None:
             return known
-        tags = dict(log.tags)
-        duplicate = tags.get("composer.duplicate_of")
-        if duplicate is not None and int(duplicate) in self.logged:
-            tags["composer.duplicate_of_run"] = self.logged[int(duplicate)][0]
-        run = self._trial_run(log.number, log.state, tags, start_time=int(log.started.timestamp() * 1000))
+        record = TrialRecord.of(trial)
+        tags = trial_tags(trial, record, report)
+        if record is not None and record.duplicate_of in self.logged:
+            tags["composer.duplicate_of_run"] = self.logged[record.duplicate_of][0]
+        start = trial.datetime_start or datetime.now(timezone.utc)
+        run = self._trial_run(trial.number, trial.state.name, tags, start_time=int(start.timestamp() * 1000))
         run_id = str(run.run_id)
         now = int(time.time() * 1000)
         metrics = [
             Metric(mlflow_metric_name(k), float(v), now, 0)
-            for k, v in sorted(log.metrics.items(), key=lambda item: item[0] != COMPOSITE)
-            if isinstance(v, int | float)
+            for k, v in sorted(trial_metrics(trial, record).items(), key=lambda item: item[0] != COMPOSITE)
         ]
-        metrics += [Metric("running_composite", v, now, step) for step, v in enumerate(log.steps)]
-        config = log.config_dict
-        traced = log.report is not None and traces and self.max_traces != 0
-        late = [] if traced or log.report is None or self.max_traces == 0 else [RunTag(
+        steps = trial.intermediate_values
+        metrics += [Metric("running_composite", steps[step], now, step) for step in sorted(steps)]
+        traced = report.report is not None and traces and self.max_traces != 0
+        late = [] if traced or report.report is None or self.max_traces == 0 else [RunTag(
             "composer.traces",
             "skipped: the MLflow writer was behind the trials; every question is in traces.jsonl",
         )]
         # The question table is a table to MLflow's UI by this tag, as log_table sets it; written with the
         # other artifacts (log_table itself lists, uploads and re-reads the run: ~0.16 s a trial).
         shown = [RunTag(MLFLOW_LOGGED_ARTIFACTS, json.dumps([{"path": QUESTION_TABLE, "type": "table"}]))]
-        tags_out = late + (shown if log.report is not None else [])
-        self.client.log_batch(run_id, metrics=metrics, params=mlflow_params(config or {}), tags=tags_out)
-        self._log_files(run, trial_files(log, self.expectations, self.memo))
-        if log.report is not None:
-            self._chunks(log.report)
+        tags_out = late + (shown if report.report is not None else [])
+        params = mlflow_params(trial_config(trial))
+        self.client.log_batch(run_id, metrics=metrics, params=params, tags=tags_out)
+        self._log_files(run, trial_files(trial, report, self.expectations, self.memo))
+        if report.report is not None:
+            self._chunks(report.report)
         if traced:
-            self._traces(run_id, log)
+            self._traces(run_id, trial, report)
         self.traces_skipped += len(late)
-        self.client.set_terminated(run_id, status=RUN_STATUS.get(log.state, "FAILED"))
-        self.logged[log.number] = (run_id, RUN_STATUS.get(log.state, "FAILED"))
-        self._lead(log)
+        status = RUN_STATUS.get(trial.state.name, "FAILED")
+        self.client.set_terminated(run_id, status=status)
+        self.logged[trial.number] = (run_id, status)
+        if record is not None and trial.state.name == "COMPLETE":
+            self._lead(record.composite)
         return run_id
 
-    def _lead(self, log: TrialLog) -> None:
+    def _lead(self, value: float | None) -> None:
         """The parent run's ``composite`` raised to a complete trial's that beats it. MLflow sorts runs
         without the metric last: ``composer ui`` opens the runs sorted by composite, and without it the
         study's run came after all its trials (with over 100 of them, not even on the first page, so they
         were listed on their own instead of nested under it). Read from the store once a writer, then kept
         here (a store read a trial cost the writer's hot path); another worker's writer may raise it past
         this one's, and the study's end writes its best in any case (``write_study``)."""
-        value = log.metrics.get(COMPOSITE)
-        if log.state != "COMPLETE" or not isinstance(value, int | float) or value != value:
+        if value is None or value != value:
             return
         if self._lead_composite is None:
             self._lead_composite = self.client.get_run(self.parent_run_id).data.metrics.get(COMPOSITE)
@@ -336,21 +344,22 @@ class RunWriter:
             self.client.log_metric(self.parent_run_id, COMPOSITE, float(value), step=self.segment)
             self._lead_composite = float(value)
 
-    def write_late_traces(self, log: TrialLog, why: str) -> None:
+    def write_late_traces(self, trial: optuna.trial.FrozenTrial, report: TrialReport, why: str) -> None:
         """The traces a trial's run went without (the writer was behind), written now into its run: the
         study's leading trials must have theirs."""
-        found = self.logged.get(log.number)
-        if found is None or log.report is None:
+        found = self.logged.get(trial.number)
+        if found is None or report.report is None:
             return
         run_id = found[0]
-        self._traces(run_id, log)
+        self._traces(run_id, trial, report)
         self.client.set_tag(run_id, "composer.traces", f"written after the study: {why}")
-        self.client.set_terminated(run_id, status=RUN_STATUS.get(log.state, "FAILED"))
+        self.client.set_terminated(run_id, status=RUN_STATUS.get(trial.state.name, "FAILED"))
 
-    def write_lost(self, number: int, config: Mapping[str, Any] | None, reason: str) -> None:
+    def write_lost(self, trial: optuna.trial.FrozenTrial, reason: str) -> None:
         """A FAILED run for a trial whose process died. A run it already has is closed as FAILED: one
         half-written, or one written whole by a process that died before Optuna stored the trial's end
         (Optuna's state is the truth: the trial is retried under another number)."""
+        number = trial.number
         found = self.logged.get(number)
         if found is not None and found[1] == "FAILED":
             return
@@ -360,8 +369,7 @@ class RunWriter:
             self.client.set_tag(run_id, "composer.error", reason)
         else:
             run_id = str(self._trial_run(number, "FAIL", {"composer.error": reason}).run_id)
-            if config:
-                self.client.log_batch(run_id, params=mlflow_params(config))
+            self.client.log_batch(run_id, params=mlflow_params(trial_config(trial)))
         self.client.set_terminated(run_id, status="FAILED")
         self.logged[number] = (run_id, "FAILED")
 
@@ -437,30 +445,30 @@ class RunWriter:
             self.client.log_artifact(self.parent_run_id, str(path), "chunks")
         self._tables_logged.add(table.key)
 
-    def _traces(self, run_id: str, log: TrialLog) -> None:
+    def _traces(self, run_id: str, trial: optuna.trial.FrozenTrial, report: TrialReport) -> None:
         """Per-question MLflow traces (spans expand, retrieve, rerank, generate, judge) linked to the run."""
         import mlflow
 
-        report = log.report
-        assert report is not None
-        samples = report.samples
+        assert report.report is not None
+        samples = report.report.samples
         if self.max_traces is not None:
             samples = samples[: self.max_traces]
         with mlflow.start_run(run_id=run_id):
             for sample in samples:
-                self._trace(sample, log)
+                self._trace(sample, trial, report)
 
-    def _trace(self, sample: Any, log: TrialLog) -> None:
+    def _trace(self, sample: Any, trial: optuna.trial.FrozenTrial, report: TrialReport) -> None:
         """One question's trace: its stages as spans laid end to end from the trial's start (MLflow draws
         them as a timeline), its metrics and gold as assessments."""
         import mlflow
         from mlflow.tracing.provider import safe_set_span_in_context
 
-        start = int(log.started.timestamp() * 1e9)
-        root = self._root_span(sample, log, start)
-        judge = log.judge or "deterministic scorers"
-        t = _retrieval_spans(root, sample, log.config_dict or {}, start)
-        t = _answer_spans(root, sample, log, judge, t)
+        started = trial.datetime_start or datetime.now(timezone.utc)
+        start = int(started.timestamp() * 1e9)
+        root = self._root_span(sample, trial.number, start)
+        judge = report.judge or "deterministic scorers"
+        t = _retrieval_spans(root, sample, trial_config(trial), start)
+        t = _answer_spans(root, sample, report, judge, t)
         # Assessments logged while the trace is live travel with it, in its one write to the store: logged
         # after, each would be a write of its own (~10 ms, for every metric of every question). The traces
         # list shows the question and the answer themselves, not the root span's inputs and outputs as JSON.
@@ -469,7 +477,7 @@ class RunWriter:
             mlflow.update_current_trace(request_preview=sample.question, response_preview=sample.answer)
         root.end(outputs={"answer": sample.answer}, end_time_ns=t)
 
-    def _root_span(self, sample: Any, log: TrialLog, start: int) -> LiveSpan:
+    def _root_span(self, sample: Any, number: int, start: int) -> LiveSpan:
         """The question's root span, tagged with its study, trial and question id: the UI's traces table
         filters by any of them."""
         import mlflow
@@ -483,7 +491,7 @@ class RunWriter:
             start_time_ns=start,
             tags={
                 STUDY_TAG: self.study_name,
-                TRIAL_TAG: str(log.number),
+                TRIAL_TAG: str(number),
                 "composer.question_id": sample.question_id,
             },
         )
@@ -582,20 +590,52 @@ class RunWriter:
 
 
 def trial_files(
-    log: TrialLog, expectations: Mapping[str, Mapping[str, Any]], memo: Memo | None = None
+    trial: optuna.trial.FrozenTrial,
+    report: TrialReport,
+    expectations: Mapping[str, Mapping[str, Any]],
+    memo: Memo | None = None,
 ) -> dict[str, str]:
     """A trial run's artifacts by name: config.yaml, the report's files (retrieved texts left out: the
     parent run holds each index's) and questions.json, or a trial that failed before its report has its
-    error_rates.json. ``expectations``: see ``RunWriter``; ``memo``: the study's (see ``Memo``)."""
+    error_rates.json (with its failure's reason). ``expectations``: see ``RunWriter``; ``memo``: the
+    study's (see ``Memo``)."""
     files: dict[str, str] = {}
-    config = log.config_dict
-    if config is not None:
-        files["config.yaml"] = dump_yaml(scrub(config))
-    if log.report is not None:
-        files.update(report_files(log.report, texts=False, expectations=expectations, memo=memo))
-    elif log.error_rates is not None:
-        files["error_rates.json"] = json.dumps(scrub(log.error_rates), ensure_ascii=False, indent=2) + "\n"
+    record = TrialRecord.of(trial)
+    if record is not None and record.config:
+        files["config.yaml"] = dump_yaml(scrub(record.config))
+    if report.report is not None:
+        files.update(report_files(report.report, texts=False, expectations=expectations, memo=memo))
+    elif report.error_rates is not None:
+        rates = {**report.error_rates, "reason": record.error} if record is not None else report.error_rates
+        files["error_rates.json"] = json.dumps(scrub(rates), ensure_ascii=False, indent=2) + "\n"
     return files
+
+
+def trial_tags(
+    trial: optuna.trial.FrozenTrial, record: TrialRecord | None, report: TrialReport
+) -> dict[str, str]:
+    """A trial run's Composer tags, each read from where the trial keeps it: its error, the index it
+    searched, its judge, the trial it repeats."""
+    tags: dict[str, str] = {}
+    if record is not None and record.error is not None:
+        tags["composer.error"] = record.error
+    if record is not None and record.index is not None:
+        tags["composer.index_key"] = record.index.key
+    if record is not None and record.duplicate_of is not None:
+        tags["composer.duplicate_of"] = str(record.duplicate_of)
+    if report.judge is not None:
+        tags["composer.judge_model"] = report.judge
+    return tags
+
+
+def trial_metrics(trial: optuna.trial.FrozenTrial, record: TrialRecord | None) -> dict[str, float]:
+    """A trial run's metrics: its record's and its LLM usage (a failed trial's too), and a pruned trial's
+    where it stopped: the step of its last intermediate value."""
+    found = {} if record is None else {**record.llm_usage, **record.metrics}
+    metrics = {k: float(v) for k, v in found.items() if isinstance(v, int | float)}
+    if trial.state.name == "PRUNED" and trial.intermediate_values:
+        metrics["pruned_at_step"] = float(max(trial.intermediate_values))
+    return metrics
 
 
 def trial_run_name(number: int) -> str:
@@ -731,18 +771,18 @@ def _retrieval_spans(root: LiveSpan, sample: Any, cfg: Mapping[str, Any], t: int
     return t
 
 
-def _answer_spans(root: LiveSpan, sample: Any, log: TrialLog, judge: str, t: int) -> int:
+def _answer_spans(root: LiveSpan, sample: Any, report: TrialReport, judge: str, t: int) -> int:
     """The spans of a question's answer, from ``t`` (ns): generate (if it ran; an LLM span when an LLM
     answered) and judge, with the scores and the judge's reasons; where the last one ended."""
     from mlflow.entities import SpanType
 
     latency = sample.latency
-    generation = dict(log.generation.get(sample.question_id, {"answerer": log.answerer}))
+    generation = dict(report.generation.get(sample.question_id, {"answerer": report.answerer}))
     if "generate" in latency:
         t = _child_span(
             root,
             "generate",
-            SpanType.LLM if log.answerer.startswith("llm:") else SpanType.CHAIN,
+            SpanType.LLM if report.answerer.startswith("llm:") else SpanType.CHAIN,
             t,
             latency["generate"],
             {"question": sample.question, "contexts": [h.id for h in sample.retrieved]},

@@ -52,7 +52,7 @@ from composer.tracking.summary import (
     StudyLog,
     StudySummary,
 )
-from composer.tracking.trial import TrialLog
+from composer.tracking.trial import TrialReport, frozen_from_dict, frozen_to_dict
 
 TABLES = "tables"
 TABLE_COLUMNS = ("ids", "doc_ids", "texts")
@@ -209,7 +209,7 @@ def read_record(path: Path, tables: Path, cache: dict[str, ChunkTable]) -> Any:
 
 _CLASSES: dict[str, type[Any]] = {
     cls.__name__: cls
-    for cls in (TrialLog, SampleTable, Ranking, ChunkTable, Hit, StageError, StudyLog, StudySummary,
+    for cls in (TrialReport, SampleTable, Ranking, ChunkTable, Hit, StageError, StudyLog, StudySummary,
                 ObjectiveSummary, IndexCounts, HeldOut, Contender, Difference, Separation)
 }
 """The dataclasses a record may hold, rebuilt from their fields by name: nothing else is ever built."""
@@ -253,6 +253,8 @@ class _Encoder:
             return {TAG: "bytes", "array": self._array(np.frombuffer(obj, np.uint8))}
         if isinstance(obj, datetime):
             return {TAG: "datetime", "iso": obj.isoformat()}
+        if kind.__name__ == "FrozenTrial" and kind.__module__.startswith("optuna."):
+            return {TAG: "FrozenTrial", "trial": self.encode(frozen_to_dict(obj))}
         if isinstance(obj, EvaluationReport):
             return {TAG: "EvaluationReport", "table": self.encode(obj.table), "ks": list(obj.ks),
                     "match_mode": obj.match_mode, "meta": self.encode(obj.meta)}
@@ -339,6 +341,8 @@ class _Decoder:
                 return EvaluationReport(node["table"], node["ks"], node["match_mode"], node["meta"])
             case "DataFrame":
                 return _frame(node)
+            case "FrozenTrial":
+                return frozen_from_dict(node["trial"])
             case "ChunkTable" if node.get("key"):  # a keyed table is named, never given inline
                 raise ValueError("a chunk table with a key given inline")
             case str(name) if name in _CLASSES:

@@ -1,9 +1,10 @@
 """The MLflow writer process, and the study's handle on it (``StudyTracker``).
 
 Logging a trial to MLflow (a run, its artifacts, a few traces) costs more than a cached trial's search,
-so trials hand their ``TrialLog`` to ``StudyTracker.submit``, which spools it (``composer.tracking.spool``)
-and sends its path to a writer process running ``RunWriter`` (``composer.tracking.runs``). The trial goes
-on at once; the queue is bounded (``MAX_PENDING``), so a study never runs far ahead of what is recorded.
+when Optuna has told a trial's end, the study hands its frozen trial and its report to
+``StudyTracker.submit``, which spools them (``composer.tracking.spool``) and sends the path to a writer
+process running ``RunWriter`` (``composer.tracking.runs``). The study goes on at once; the queue is bounded
+(``MAX_PENDING``), so a study never runs far ahead of what is recorded.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 from composer.data.ranking import ChunkTable
 from composer.errors import ComposerError, InputError
 from composer.locks import FileLock
-from composer.redact import scrub
 from composer.tracking.spool import (
     RECORD,
     TABLES,
@@ -37,9 +37,10 @@ from composer.tracking.spool import (
     set_aside,
 )
 from composer.tracking.summary import StudyLog, StudySummary
-from composer.tracking.trial import TrialLog
+from composer.tracking.trial import TrialReport
 
 if TYPE_CHECKING:
+    import optuna
     import pandas as pd
     from rich.console import Console
 
@@ -53,7 +54,7 @@ question): a trial's 25 traces cost the writer ~1.5 s, and it must keep pace wit
 milliseconds. A study whose trials outpace the writer gets traces when it has nearly caught up (AutoRAG's
 space on ARCD: 5 of 484 trials); a slower one, for every trial."""
 WRITE_ATTEMPTS = 3
-PAYLOADS: dict[str, type[Any]] = {"trial": TrialLog, "lost": list, "study": StudyLog}
+PAYLOADS: dict[str, type[Any]] = {"trial": tuple, "lost": list, "study": StudyLog}
 """What a spool record of each kind holds (``StudyTracker``'s submit, lost and log_study)."""
 RESTARTS = 3
 """How often a study starts its writer again after it died, before leaving the rest spooled."""
@@ -134,18 +135,15 @@ class StudyTracker:
             self._receive()
         return self.parent_run_id
 
-    def submit(self, log: TrialLog) -> None:
-        """Queue a trial's log; its config is scrubbed first, as the spool keeps it on disk."""
-        config = log.config_dict
-        if config is not None:
-            log.config = scrub(config)
+    def submit(self, trial: optuna.trial.FrozenTrial, report: TrialReport) -> None:
+        """Queue an ended trial (its record holds its config, credentials masked) and its report."""
         self._collect()
-        self._send("trial", log)
+        self._send("trial", (trial, report))
 
-    def lost(self, trials: Sequence[tuple[int, Mapping[str, Any] | None, str]]) -> None:
-        """Trials (number, config, reason) whose process died or that never ran: a FAILED run each, unless
-        one has a finished run already."""
-        self._send("lost", trials)
+    def lost(self, trials: Sequence[tuple[optuna.trial.FrozenTrial, str]]) -> None:
+        """Trials whose process died, and why they are taken for dead: a FAILED run each, unless one has a
+        finished run already."""
+        self._send("lost", list(trials))
 
     def log_study(self, summary: StudySummary, leaderboard: pd.DataFrame, plots: Mapping[str, bytes]) -> None:
         """The study's summary, leaderboard and charts, for its parent run."""
@@ -366,7 +364,7 @@ def _write(
     try:
         payload = read_record(path, tables_dir, tables)
         expected = PAYLOADS.get(kind)
-        if expected is None or not isinstance(payload, expected):
+        if expected is None or not isinstance(payload, expected) or (kind == "trial" and not _trial(payload)):
             raise ValueError(f"not a {kind!r} record")
     except FileNotFoundError:
         return None  # written and removed meanwhile
@@ -377,17 +375,18 @@ def _write(
     for attempt in range(1, WRITE_ATTEMPTS + 1):
         try:
             if kind == "trial":
+                trial, report = payload
                 traced = backlog <= TRACE_BACKLOG
-                writer.write_trial(payload, traces=traced)
-                if not traced and payload.report is not None and writer.max_traces != 0:
+                writer.write_trial(trial, report, traces=traced)
+                if not traced and report.report is not None and writer.max_traces != 0:
                     untraced = tables_dir.parent / UNTRACED
                     untraced.mkdir(exist_ok=True)
                     if refusal(untraced) is None:
-                        os.replace(path, untraced / f"{payload.number:06d}-trial{RECORD}")
+                        os.replace(path, untraced / f"{trial.number:06d}-trial{RECORD}")
                         return None
             elif kind == "lost":
-                for number, config, reason in payload:
-                    writer.write_lost(number, config, reason)
+                for trial, reason in payload:
+                    writer.write_lost(trial, reason)
             elif kind == "study":
                 writer.write_study(payload.summary, payload.leaderboard, payload.plots)
                 _trace_leaders(writer, tables_dir, payload.leaderboard, tables)
@@ -400,6 +399,12 @@ def _write(
                 notes.append(" ".join(f"{type(exc).__name__}: {exc}".split())[:300])
             time.sleep(0.5 * attempt)
     return None
+
+
+def _trial(payload: tuple[Any, ...]) -> bool:
+    """Whether a trial record holds what ``StudyTracker.submit`` spools: a frozen trial and its report."""
+    return (len(payload) == 2 and type(payload[0]).__name__ == "FrozenTrial"
+            and isinstance(payload[1], TrialReport))
 
 
 def _trace_leaders(
@@ -422,13 +427,13 @@ def _trace_leaders(
             if refusal(path) is not None:
                 continue
             path.rename(claimed)
-            log = read_record(claimed, tables_dir, tables)
+            trial, report = read_record(claimed, tables_dir, tables)
         except FileNotFoundError:
             continue  # traced with its run, or by another worker
         except Exception as exc:  # damaged: its run is written; its traces stay in traces.jsonl
             logger.warning("MLflow: %s", set_aside(claimed, f"{type(exc).__name__}: {exc}"))
             continue
-        writer.write_late_traces(log, "winner" if number == numbers[0] else "runner-up")
+        writer.write_late_traces(trial, report, "winner" if number == numbers[0] else "runner-up")
         claimed.unlink()
     behind = {int(n) for n in board["trial"]} - set(numbers)
     for path in folder.glob(f"*-trial{RECORD}"):

@@ -1,10 +1,11 @@
-"""What Composer records of a trial, typed: ``TrialRecord`` on the Optuna trial, ``TrialLog`` for MLflow.
+"""``TrialRecord``: what Composer keeps of a trial beyond what Optuna's ``FrozenTrial`` holds.
 
-Optuna keeps a trial's parameters, state and values; the rest (the pipeline config, its metrics, the
-index it used, why it failed or where it was pruned, what it repeats, its LLM spending) is one
-``TrialRecord`` stored as the trial's ``composer`` user attribute, read back with ``TrialRecord.of``, as
-Optuna's ``FrozenTrial`` reads its own columns. ``TrialLog``, what the MLflow writer receives when a
-trial ends, lives with that writer (``composer.tracking.trial``) and is re-exported here.
+Optuna keeps a trial's number, parameters, state, values, intermediate values (the pruner's steps, one per
+batch of questions) and system attributes (its worker). The rest (the pipeline config and its hash, the
+index it searched, its metrics, what it repeats, why it failed, its LLM spending and where its time went)
+is one ``TrialRecord`` stored as the trial's ``composer`` user attribute and read back with
+``TrialRecord.of``, as Optuna reads its own columns. The study writes it (``composer.study``), the MLflow
+writer reads it from the frozen trial it is handed (``composer.tracking``): so it lives with neither.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from composer.tracking.trial import TrialLog as TrialLog
+from composer.index.base import IndexInfo
 
 if TYPE_CHECKING:
     import optuna
@@ -22,12 +23,12 @@ if TYPE_CHECKING:
 
 FailureKind = Literal["error", "invalid", "surplus"]
 
-GRID_ID = "composer.grid_id"
-"""Trial system attribute: the index of the trial's configuration in the study's grid."""
 RECORD_ATTR = "composer"
 """The trial user attribute holding its TrialRecord."""
 SCHEMA = 2
-"""Bumped when TrialRecord changes incompatibly: a study recorded with another schema is not resumed."""
+"""Bumped when TrialRecord changes incompatibly: a study recorded with another schema is not resumed.
+(Fields a record of this schema once had, ``worker`` and ``pruned_at``, are read from Optuna now and
+ignored where stored.)"""
 PARSED_RECORDS = 8192
 """Stored records kept parsed (``TrialRecord.of``): the study's bookkeeping reads every trial's record
 after every trial, which parsed anew cost a 484-trial grid ~7 s (quadratic in the trials)."""
@@ -35,34 +36,15 @@ _PARSED: OrderedDict[int, tuple[Mapping[str, Any], TrialRecord]] = OrderedDict()
 
 
 @dataclass(frozen=True)
-class IndexUse:
-    """The index a trial searched: its key, size, whether it was built or reused, what encoding cost."""
-
-    key: str
-    n_chunks: int
-    reused: bool
-    embeddings_computed: int
-    embeddings_reused: int
-    seconds: float
-
-
-@dataclass(frozen=True)
-class PrunedAt:
-    step: int
-    questions: int
-
-
-@dataclass(frozen=True)
 class TrialRecord:
     """A trial as Composer knows it. ``metrics`` holds a complete trial's every metric and ``composite``;
-    a pruned trial's hold ``composite_at_prune`` and where it stopped (``pruned_at``) instead."""
+    a pruned trial's its composite so far (``composite_at_prune``) and the questions it had scored
+    (``pruned_at_questions``); where it stopped is its last intermediate value's step."""
 
     config: Mapping[str, Any]
     config_hash: str
-    worker: str | None = None
-    index: IndexUse | None = None
+    index: IndexInfo | None = None
     metrics: Mapping[str, float] = field(default_factory=dict)
-    pruned_at: PrunedAt | None = None
     duplicate_of: int | None = None
     error: str | None = None
     failure: FailureKind | None = None
@@ -88,14 +70,14 @@ class TrialRecord:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrialRecord:
-        index, pruned = data.get("index"), data.get("pruned_at")
+        index = data.get("index")
+        if index and "n_documents" not in index:  # stored before the record kept the index's own facts
+            index = {**index, "n_documents": 0}
         return cls(
             config=dict(data["config"]),
             config_hash=str(data["config_hash"]),
-            worker=data.get("worker"),
-            index=IndexUse(**index) if index else None,
+            index=IndexInfo(**index) if index else None,
             metrics=dict(data.get("metrics") or {}),
-            pruned_at=PrunedAt(**pruned) if pruned else None,
             duplicate_of=data.get("duplicate_of"),
             error=data.get("error"),
             failure=data.get("failure") or ("error" if data.get("error") else None),
@@ -128,34 +110,3 @@ class TrialRecord:
 
     def updated(self, **changes: Any) -> TrialRecord:
         return replace(self, **changes)
-
-
-def failure_of(trial: optuna.trial.FrozenTrial) -> FailureKind | Literal["lost"] | None:
-    """Why a failed trial failed (see ``TrialRecord.failure``), "lost" when its process died; None for
-    a trial that did not fail."""
-    fate = fate_of(trial)
-    return fate if fate in ("error", "invalid", "surplus", "lost") else None
-
-
-Fate = Literal["complete", "pruned", "repeat", "running", "waiting", "error", "invalid", "surplus", "lost"]
-"""What became of a trial, the one reading every count of a study is made from: ``complete`` and
-``pruned`` hold one of ``n_trials`` (a distinct configuration that ran); ``repeat`` answered from an earlier
-trial (holds none); ``running`` holds one until it ends, ``waiting`` (queued, or a retry) none yet; ``error``
-(its pipeline raised) counts toward the stop rules; ``invalid`` (sampled values that make no
-configuration) spends the repeat allowance only; ``surplus`` (started after other workers took the last
-slot) and ``lost`` (its process died; run again) say nothing about the pipeline."""
-
-
-def fate_of(trial: optuna.trial.FrozenTrial) -> Fate:
-    from optuna.trial import TrialState
-
-    record = TrialRecord.of(trial)
-    if trial.state == TrialState.FAIL:
-        return "lost" if record is None or record.failure is None else record.failure
-    if trial.state == TrialState.RUNNING:
-        return "running"
-    if trial.state == TrialState.WAITING:
-        return "waiting"
-    if record is not None and record.duplicate_of is not None:
-        return "repeat"
-    return "pruned" if trial.state == TrialState.PRUNED else "complete"

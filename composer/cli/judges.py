@@ -1,0 +1,113 @@
+"""`composer judges check|tune`: can the judge be trusted? Measure its agreement with human labels, and
+search for a judge (model, prompt variant, few-shot examples) that agrees better."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from composer.cli.options import WORKDIR, flag
+
+if TYPE_CHECKING:
+    from composer.judges.labels import Label
+
+judges_app = typer.Typer(
+    name="judges",
+    help="Check LLM judges against human labels (`check`), or search for a better one (`tune`).",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+LABELS = typer.Argument(
+    ...,
+    help="Labels: JSONL/JSON/CSV/XLSX/Parquet, one labelled answer per row (id, question, answer, "
+    "contexts, reference_answer, metric, label 0/1 or 1-5, rationale); `composer label` writes one.",
+)
+QUESTIONS = typer.Option(
+    None, "--questions", help="Question set that fills each label's question and reference_answer by id."
+)
+LLM_BASE = typer.Option(
+    None, "--llm-base", help="OpenAI-compatible base URL of the LLM server, e.g. http://127.0.0.1:11434/v1."
+)
+LLM_KEY_ENV = typer.Option(
+    None, "--llm-key-env", help="Environment variable holding the API key (never the key itself)."
+)
+LLM_TIMEOUT = typer.Option(
+    None, "--llm-timeout", min=0.1, help="Seconds per LLM request (default 60; raise for slow servers)."
+)
+
+
+@judges_app.command("check")
+def check_command(
+    labels: Path = LABELS,
+    judge: str = typer.Option(..., "--judge", help="litellm model that judges, as for `composer eval`."),
+    llm_base: str | None = LLM_BASE,
+    llm_key_env: str | None = LLM_KEY_ENV,
+    llm_timeout: float | None = LLM_TIMEOUT,
+    metrics: list[str] = typer.Option(
+        [],
+        "--metrics",
+        help="Judged metrics to check, repeated or comma-separated (default: every metric the labels have).",
+    ),
+    questions: Path | None = QUESTIONS,
+    threshold: float = typer.Option(
+        0.5, "--threshold", help="A judged score at least this high is a pass (for 0/1 labels)."
+    ),
+    as_json: bool = flag("--json", "Print the result as JSON on stdout, nothing else."),
+    out: Path | None = typer.Option(None, "--out", help="Write check.json and judged.csv here."),
+    experiment: str | None = typer.Option(
+        None, "--experiment", help="Also log the check as a run of this MLflow experiment."
+    ),
+    tracking_uri: str | None = typer.Option(
+        None, "--tracking-uri", help="MLflow tracking URI (default: sqlite:///<workdir>/mlflow.db)."
+    ),
+    workdir: Path = WORKDIR,
+) -> None:
+    """Judge the labelled answers (replies cached: a rerun sends nothing) and report the judge's agreement
+    with the labels per metric, language and answer length: accuracy, Cohen's kappa (quadratic-weighted
+    for 1-5 ratings), Spearman, 95% bootstrap CIs, confusion matrices and the worst disagreements."""
+    import json
+
+    from composer.judges.check import check, judge_config, log_check
+
+    found = read_labels(labels, questions)
+    wanted = [m.strip() for value in metrics for m in value.split(",") if m.strip()]
+    config = judge_config(
+        judge,
+        metrics=wanted or sorted({lb.metric for lb in found}),
+        llm_base=llm_base,
+        llm_key_env=llm_key_env,
+        llm_timeout=llm_timeout,
+    )
+    result = check(found, config, workdir=workdir, threshold=threshold, source=str(labels))
+    if out is not None:
+        result.save(out)
+    if experiment is not None:
+        log_check(result, tracking_uri or f"sqlite:///{workdir.resolve()}/mlflow.db", experiment)
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_dict(), ensure_ascii=False) + "\n")
+        return
+    from composer.console import make_console
+
+    console = make_console()
+    console.print(result.render())
+    usage = result.usage
+    console.print(
+        f"judge calls: {usage.get('llm_calls', 0)} ({usage.get('llm_cached_calls', 0)} cached)",
+        markup=False,
+        highlight=False,
+    )
+    if out is not None:
+        console.print(f"check written to {out}", markup=False, highlight=False)
+
+
+def read_labels(labels: Path, questions: Path | None) -> list[Label]:
+    """The labels file, questions filled in from ``--questions`` by id."""
+    from composer.data import load_questions
+    from composer.judges.labels import load_labels
+
+    question_set = load_questions(questions) if questions is not None else None
+    return load_labels(labels, questions=list(question_set) if question_set is not None else None)

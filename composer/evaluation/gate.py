@@ -1,0 +1,308 @@
+"""The CI gate: is a new pipeline worse than a baseline on the same questions?
+
+Both systems' per-question scores are paired by question id and the study's own statistic decides: the
+objective's composite (``Objective.difference``: the paired bootstrap CI the held-out verdict reads), or
+one metric as an objective of weight 1. The new system fails when the 95% CI of new minus baseline lies
+below 0 (significantly worse) or its mean difference is below ``-margin``.
+
+The baseline is an earlier ``composer eval --out`` folder (its traces.jsonl holds every question's
+metrics, its summary.json the objective it was scored with) or a system scored on the same questions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import ValidationError
+
+from composer.errors import ConfigError, InputError, config_error
+
+if TYPE_CHECKING:
+    from rich.console import Group
+
+    from composer.evaluation.report import EvaluationReport
+    from composer.study.experiment import ObjectiveConfig
+    from composer.study.objective import Objective
+
+COMPOSITE = "composite"
+TRACES = "traces.jsonl"
+SUMMARY = "summary.json"
+
+
+@dataclass(frozen=True)
+class Scores:
+    """One system's per-question metric columns (NaN = not scored), row i being ``question_ids[i]``;
+    ``source`` names where they came from for messages, ``objective`` the weights they were scored with."""
+
+    question_ids: tuple[str, ...]
+    metrics: Mapping[str, npt.NDArray[np.float64]]
+    source: str
+    objective: ObjectiveConfig | None = None
+
+    @classmethod
+    def of(cls, report: EvaluationReport, source: str) -> Scores:
+        return cls(tuple(report.table.question_ids), dict(report.table.metrics), source,
+                   objective_of_summary(report.meta.get("objective"), source))
+
+    def available(self) -> set[str]:
+        """The metrics at least one question scored."""
+        return {name for name, column in self.metrics.items() if (~np.isnan(column)).any()}
+
+    def aligned_to(self, other: Scores) -> Scores:
+        """These scores in ``other``'s question order; the two must hold the same questions, or the gate
+        would compare different sets."""
+        rows = {qid: i for i, qid in enumerate(self.question_ids)}
+        missing = [qid for qid in other.question_ids if qid not in rows]
+        extra = sorted(set(rows) - set(other.question_ids))
+        if missing or extra:
+            sides = ((missing, other.source, self.source), (extra, self.source, other.source))
+            parts = [f"{len(ids)} of {a}'s questions are not in {b} (e.g. {', '.join(ids[:3])})"
+                     for ids, a, b in sides if ids]
+            raise InputError(f"the baseline was scored on other questions: {'; '.join(parts)}: compare the "
+                             "same question set (and --split)", path=self.source)
+        order = np.array([rows[qid] for qid in other.question_ids], dtype=np.intp)
+        return Scores(other.question_ids, {k: v[order] for k, v in self.metrics.items()}, self.source,
+                      self.objective)
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The gate's verdict: the two systems' scores, new minus baseline with its 95% paired bootstrap CI
+    over the ``n`` shared questions, and whether the new one passes (``passed``, with the ``reason``)."""
+
+    metric: str
+    weights: Mapping[str, float]
+    n: int
+    new: float
+    baseline: float
+    difference: float
+    ci95: tuple[float, float]
+    margin: float
+    passed: bool
+    reason: str
+    baseline_source: str
+
+    @property
+    def exit_code(self) -> int:
+        """What ``composer eval --baseline`` exits with: 0 passes, 1 fails the CI job."""
+        return 0 if self.passed else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric, "weights": dict(self.weights), "n": self.n, "new": self.new,
+            "baseline": self.baseline, "difference": self.difference, "ci95": list(self.ci95),
+            "margin": self.margin, "decision": "pass" if self.passed else "fail", "passed": self.passed,
+            "reason": self.reason, "baseline_source": self.baseline_source,
+        }
+
+
+def compare(new: Scores, old: Scores, objective: Objective, *, metric: str, margin: float) -> GateResult:
+    """The verdict on ``new`` against ``old`` (matched by question id) under ``objective``."""
+    if not math.isfinite(margin) or margin < 0:
+        raise InputError(f"the margin must be a number >= 0, got {margin}", field="margin")
+    paired = old.aligned_to(new)
+    difference, (low, high) = objective.difference(new.metrics, paired.metrics)
+    new_value = objective.composite(_means(new.metrics))
+    old_value = objective.composite(_means(paired.metrics))
+    passed = high >= 0 and difference >= -margin
+    return GateResult(metric, dict(objective.weights), len(new.question_ids), new_value, old_value,
+                      difference, (low, high), margin, passed, _reason(difference, low, high, margin),
+                      old.source)
+
+
+def _reason(difference: float, low: float, high: float, margin: float) -> str:
+    ci = f"95% CI of new - baseline [{low:+.4f}, {high:+.4f}]"
+    if high < 0:
+        return f"significantly worse: {ci} lies below 0"
+    if difference < -margin:
+        return f"worse by {-difference:.4f}, more than the margin {margin:g} ({ci})"
+    if low > 0:
+        return f"significantly better: {ci} lies above 0"
+    return f"no significant drop: {difference:+.4f} is within the margin {margin:g} ({ci})"
+
+
+def run_gate(report: EvaluationReport, source: str, old: Scores, *, metric: str, margin: float) -> GateResult:
+    """The verdict on ``report`` (the new system's, on the questions of ``source``) against ``old``: under
+    the objective the report states, else the one the baseline recorded, else the study's default."""
+    new = Scores.of(report, source)
+    objective = gate_objective(metric, new.objective or old.objective, new.available() | old.available())
+    return compare(new, old, objective, metric=metric, margin=margin)
+
+
+def _means(columns: Mapping[str, npt.NDArray[np.float64]]) -> dict[str, float | None]:
+    return {k: float(np.mean(v[~np.isnan(v)])) if (~np.isnan(v)).any() else None for k, v in columns.items()}
+
+
+def gate_objective(metric: str, stated: ObjectiveConfig | None, available: set[str]) -> Objective:
+    """What the gate compares: the composite of the stated objective (the study's default objective when
+    none is stated), or one scored metric (``ndcg@10``) with weight 1."""
+    from composer.study.experiment import ObjectiveConfig
+    from composer.study.objective import Objective
+
+    if metric == COMPOSITE:
+        return Objective.resolve(stated or ObjectiveConfig(), available)
+    if metric not in available:
+        raise InputError(f"{metric!r} is not scored in this evaluation; scored: {COMPOSITE}, "
+                         f"{', '.join(sorted(available))}", field="metric")
+    return Objective({metric: 1.0})
+
+
+def read_scores(folder: Path) -> Scores:
+    """The per-question metrics an ``eval --out`` folder holds (its traces.jsonl), and the objective its
+    summary.json recorded, if any."""
+    from composer.data.readers import read_records
+
+    if not folder.is_dir():
+        raise InputError("not an `eval --out` folder (or it does not exist)", path=folder)
+    traces = folder / TRACES
+    if not traces.exists():
+        raise InputError(f"no {TRACES} here: give a folder `composer eval --out` wrote", path=folder)
+    ids: list[str] = []
+    rows: list[Mapping[str, Any]] = []
+    for line, row in read_records(traces).rows:
+        qid, metrics = row.get("question_id"), row.get("metrics", {})
+        if not isinstance(qid, str) or not isinstance(metrics, dict):
+            raise InputError("expected a trace with question_id and metrics", path=traces, line=line)
+        ids.append(qid)
+        rows.append(metrics)
+    names = list(dict.fromkeys(name for metrics in rows for name in metrics))
+    try:
+        columns = {name: np.array([_number(m.get(name)) for m in rows], dtype=np.float64) for name in names}
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"a metric is not a number: {exc}", path=traces, field="metrics") from None
+    summary = folder / SUMMARY
+    return Scores(tuple(ids), columns, str(traces), objective_of_summary(_recorded(summary), str(summary)))
+
+
+def _recorded(summary: Path) -> Any:
+    """The objective section of an --out folder's summary.json (None without one)."""
+    from composer.data.readers import read_text
+
+    if not summary.exists():
+        return None
+    try:
+        doc = json.loads(read_text(summary))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc.msg}", path=summary, line=exc.lineno) from None
+    return doc.get("objective") if isinstance(doc, dict) else None
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | None):
+        raise TypeError(repr(value))
+    return math.nan if value is None else float(value)
+
+
+def objective_of_summary(section: Any, source: str) -> ObjectiveConfig | None:
+    """The objective a report recorded (``{"weights": ...}`` in its summary or meta), if any."""
+    if not isinstance(section, Mapping) or not section.get("weights"):
+        return None
+    return _objective_config({"metrics": section["weights"]}, source, "objective.weights")
+
+
+def export_objective(path: Path) -> ObjectiveConfig | None:
+    """The objective an exported best.yaml carries (its resolved weights, at the study's cutoff), if any."""
+    from composer.yamlfile import read_yaml
+
+    doc = read_yaml(path, what="pipeline file")
+    section = doc.get("objective") if isinstance(doc, dict) else None
+    if not isinstance(section, dict) or not section.get("weights"):
+        return None
+    data = {"metrics": section["weights"], **({"k": section["k_eval"]} if section.get("k_eval") else {})}
+    return _objective_config(data, path, "objective.weights")
+
+
+def stated_objective(
+    spec: str | Path | Mapping[str, float] | None, *exports: object
+) -> tuple[ObjectiveConfig, str] | None:
+    """The objective whose composite a report carries, and where it came from: ``spec`` (``--objective``,
+    ``objective=``), else that of the first exported pipeline YAML among ``exports`` that has one."""
+    if spec is not None:
+        return parse_objective(spec), str(spec) if isinstance(spec, str | Path) else "objective="
+    for path in exports:
+        if isinstance(path, str | Path) and Path(path).suffix.lower() in (".yaml", ".yml"):
+            found = export_objective(Path(path))
+            if found is not None:
+                return found, str(path)
+    return None
+
+
+def parse_objective(spec: str | Path | Mapping[str, float]) -> ObjectiveConfig:
+    """An objective given as weights (``{"recall@10": 1}``, or inline ``recall@10=1,ndcg@10=1``) or a YAML
+    file: an exported best.yaml, an experiment or any file with an ``objective:`` block, or the block."""
+    from composer.yamlfile import read_yaml
+
+    if isinstance(spec, Mapping):
+        return _objective_config({"metrics": dict(spec)}, "objective=", "objective")
+    path = Path(spec)
+    if isinstance(spec, str) and "=" in spec and not path.exists():
+        weights: dict[str, Any] = {}
+        for part in (p.strip() for p in spec.split(",") if p.strip()):
+            name, eq, value = part.partition("=")
+            try:
+                weights[name.strip()] = float(value)
+            except ValueError:
+                raise InputError(f"expected METRIC=WEIGHT, got {part!r}", field="objective") from None
+            if not eq or not name.strip():
+                raise InputError(f"expected METRIC=WEIGHT, got {part!r}", field="objective")
+        return _objective_config({"metrics": weights}, spec, "objective")
+    found = export_objective(path)
+    if found is not None:
+        return found
+    doc = read_yaml(path, what="objective file")
+    block = doc.get("objective", doc) if isinstance(doc, dict) else None
+    if not isinstance(block, dict) or "metrics" not in block:
+        raise ConfigError("expected an `objective:` block with metrics (or METRIC=WEIGHT,...)", path=path,
+                          field="objective")
+    return _objective_config({k: v for k, v in block.items() if k != "secondary"}, path, "objective")
+
+
+def _objective_config(data: Mapping[str, Any], source: str | Path, under: str) -> ObjectiveConfig:
+    from composer.study.experiment import ObjectiveConfig
+
+    try:
+        return ObjectiveConfig.model_validate(dict(data))
+    except ValidationError as exc:
+        raise config_error(exc, source, under=under) from None
+
+
+def with_objective(report: EvaluationReport, config: ObjectiveConfig, source: str) -> EvaluationReport:
+    """The report with the composite of a stated objective (``summary()["objective"]``): its resolved
+    weights, the value, and where the objective came from."""
+    from composer.study.objective import Objective
+
+    means = report.means()
+    objective = Objective.resolve(config, set(means))
+    value = objective.composite({k: v for k, v in means.items() if k in objective.weights})
+    return report.with_meta({"objective": {"weights": dict(objective.weights), "composite": value,
+                                           "source": source}})
+
+
+def render_gate(result: GateResult) -> Group:
+    """The verdict as a title line, a short table (both scores, the difference with its CI, the decision)
+    and its reason; plain text throughout, so a metric name or a path is never read as markup."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(show_header=False)
+    table.add_column("", style="bold")
+    table.add_column("", justify="right")
+    low, high = result.ci95
+    rows = [("new", f"{result.new:.4f}"), ("baseline", f"{result.baseline:.4f}"),
+            ("difference", f"{result.difference:+.4f}"), ("95% CI", f"[{low:+.4f}, {high:+.4f}]"),
+            ("margin", f"{result.margin:g}")]
+    for name, value in rows:
+        table.add_row(name, Text(value))
+    decision = Text("PASS", style="bold green") if result.passed else Text("FAIL", style="bold red")
+    table.add_row("decision", decision)
+    title = Text(f"CI gate: {result.metric} of the new system minus the baseline's, over {result.n} "
+                 "questions")
+    return Group(title, table, Text(result.reason))

@@ -1,0 +1,219 @@
+"""The HTTP service over an engine: ``POST /search``, ``POST /ask``, OpenAI's ``POST /v1/chat/completions``
+(plain and streamed), ``GET /v1/models``, ``GET /health``; OpenAPI docs at ``/docs``.
+
+Pipeline calls run in worker threads (at most ``Limits.threads`` at once), so a slow answer never blocks
+the event loop. A bad request is a 4xx whose body is ``{"detail": "<one line>"}``; no response or log line
+carries a key (errors pass through ``composer.llm.faults.scrub``). Each response's ``Server-Timing:
+pipeline;dur=<ms>`` header is the pipeline's own time, so a client can tell the server's overhead from it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import anyio
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from composer.serve.engine import Engine, Reply, Timed
+from composer.serve.schema import (
+    AskRequest,
+    AskResponse,
+    ChatRequest,
+    ErrorResponse,
+    HitOut,
+    SearchRequest,
+    SearchResponse,
+)
+from composer.serve.tracing import Tracer
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for (each a ``composer serve`` option)."""
+
+    max_body_bytes: int = 64 * 1024
+    """--max-body-bytes: a request body past this is a 413, refused before it is read whole."""
+    max_question_chars: int = 4000
+    """--max-question-chars: a longer question is a 422 (it would be embedded and sent to the LLM whole)."""
+    max_k: int = 100
+    """--max-k: ``k`` above this is a 422 (each hit is scored, reranked and returned)."""
+    threads: int = 32
+    """--threads: pipeline calls in flight at once (ranking itself is serialized; see ``engine``)."""
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse} for code in (400, 413, 422, 501, 502)
+}
+
+
+def create_app(engine: Engine, limits: Limits | None = None, tracer: Tracer | None = None) -> FastAPI:
+    """The service for ``engine``.
+
+    Args:
+        engine: What answers (see ``composer.serve.engine.load_engine``).
+        limits: Request bounds (default ``Limits()``).
+        tracer: Records each request as an MLflow trace (None: no tracing).
+
+    Example:
+        ::
+
+            app = create_app(PipelineEngine(composer.load_pipeline("best.yaml", "corpus.jsonl"), "best"))
+            uvicorn.run(app, host="127.0.0.1", port=8000)
+    """
+    bounds = limits or Limits()
+    threads = anyio.CapacityLimiter(bounds.threads)
+    app = FastAPI(title=f"Composer: {engine.name}", description="Search and answer with a Composer pipeline.")
+    app.add_middleware(BodyLimit, limit=bounds.max_body_bytes)
+
+    async def call(kind: str, inputs: Mapping[str, Any], fn: Callable[[], Timed]) -> Timed:
+        def run() -> Timed:
+            if tracer is None:
+                return fn()
+            return tracer.traced(kind, inputs, fn)
+
+        return await anyio.to_thread.run_sync(run, limiter=threads)
+
+    def question_of(text: str) -> str:
+        if not text.strip():
+            raise HTTPException(422, "question: is empty")
+        if len(text) > bounds.max_question_chars:
+            raise HTTPException(422, f"question: {len(text)} characters, more than the limit of "
+                                     f"{bounds.max_question_chars} (--max-question-chars)")
+        return text
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0]
+        if first.get("type") == "json_invalid":
+            return JSONResponse({"detail": f"bad JSON: {first.get('ctx', {}).get('error', 'unreadable')}"},
+                                status_code=400)
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+        if first.get("type") == "extra_forbidden":
+            return JSONResponse({"detail": f"unknown field {where!r}"}, status_code=422)
+        return JSONResponse({"detail": f"{where}: {first.get('msg', 'invalid')}"}, status_code=422)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        """Whether the service answers, and what it serves."""
+        return {"status": "ok", "model": engine.name, "answerer": engine.answerer,
+                "search": engine.can_search}
+
+    @app.post("/search", response_model=SearchResponse, responses=ERRORS)
+    async def search(body: SearchRequest, response: Response) -> SearchResponse:
+        """The ranked chunks for a question, best first."""
+        if not engine.can_search:
+            raise HTTPException(501, f"{engine.name} is a model without a Composer pipeline: it answers only")
+        question = question_of(body.question)
+        if body.k is not None and not 1 <= body.k <= bounds.max_k:
+            raise HTTPException(422, f"k: {body.k} is out of range 1..{bounds.max_k} (--max-k)")
+        k = body.k
+        done = await call("search", {"question": question, "k": k}, lambda: engine.search(question, k))
+        response.headers["Server-Timing"] = _timing(done)
+        return SearchResponse(hits=[HitOut(**asdict(h)) for h in done.value], latency_ms=done.seconds * 1e3)
+
+    @app.post("/ask", response_model=AskResponse, responses=ERRORS)
+    async def ask(body: AskRequest, response: Response) -> AskResponse:
+        """The answer to a question, with the passages it was given and where they come from."""
+        question = question_of(body.question)
+        done = await call("ask", {"question": question}, lambda: engine.ask(question))
+        response.headers["Server-Timing"] = _timing(done)
+        r: Reply = done.value
+        return AskResponse(answer=r.answer, contexts=list(r.contexts),
+                           hits=[HitOut(**asdict(h)) for h in r.hits], citations=list(r.citations),
+                           language=r.language, refusal=r.refusal, error=r.error,
+                           latency_ms=done.seconds * 1e3)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        """The one model served, as OpenAI lists models."""
+        return {"object": "list", "data": [{"id": engine.name, "object": "model", "created": 0,
+                                            "owned_by": "composer"}]}
+
+    @app.post("/v1/chat/completions", responses=ERRORS)
+    async def chat(body: ChatRequest) -> Response:
+        """OpenAI's chat completion: the last user message is the question; ``stream`` sends SSE chunks."""
+        users = [m for m in body.messages if m.role == "user"]
+        if not users:
+            raise HTTPException(422, "messages: no user message to answer")
+        question = question_of(_text(users[-1].content))
+        done = await call("chat", {"question": question}, lambda: engine.ask(question))
+        r: Reply = done.value
+        if r.answer is None:
+            raise HTTPException(502, f"the pipeline's LLM failed: {r.error or 'no answer'}")
+        headers = {"Server-Timing": _timing(done)}
+        completion_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        head = {"id": completion_id, "created": created, "model": engine.name, "citations": list(r.citations)}
+        if not body.stream:
+            prompt, completion = r.usage.get("prompt_tokens", 0), r.usage.get("completion_tokens", 0)
+            return JSONResponse(headers=headers, content={
+                **head, "object": "chat.completion",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": r.answer},
+                             "finish_reason": "stop", "logprobs": None}],
+                "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                          "total_tokens": prompt + completion},
+            })
+        deltas: tuple[dict[str, str], ...] = ({"role": "assistant", "content": ""}, {"content": r.answer}, {})
+        chunks = [{**head, "object": "chat.completion.chunk",
+                   "choices": [{"index": 0, "delta": d, "finish_reason": None if d else "stop",
+                                "logprobs": None}]} for d in deltas]
+        return StreamingResponse(_sse(chunks), media_type="text/event-stream", headers=headers)
+
+    return app
+
+
+def _timing(done: Timed) -> str:
+    return f"pipeline;dur={done.seconds * 1e3:.3f}"
+
+
+def _text(content: str | list[dict[str, Any]] | None) -> str:
+    """A message's text: the string, or its text parts joined (OpenAI's content-part form)."""
+    if isinstance(content, str) or content is None:
+        return content or ""
+    return "\n".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
+
+
+async def _sse(chunks: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode()
+    yield b"data: [DONE]\n\n"
+
+
+class BodyLimit:
+    """Refuse a request body past ``limit`` bytes with a 413: by its Content-Length before reading, and
+    while reading one sent without it (chunked), so no client makes the server hold more."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            await JSONResponse({"detail": self._too_large()}, status_code=413)(scope, receive, send)
+            return
+        seen = 0
+
+        async def bounded() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise HTTPException(413, self._too_large())
+            return message
+
+        await self.app(scope, bounded, send)
+
+    def _too_large(self) -> str:
+        return f"request body: more than {self.limit} bytes (--max-body-bytes)"
+

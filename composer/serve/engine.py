@@ -1,0 +1,214 @@
+"""What the service calls: a Composer pipeline (from a config, or unwrapped from an MLflow pyfunc model), or
+any other pyfunc model through ``predict``.
+
+A pipeline is not safe to rank from several threads at once: its retriever, rerankers and embedder are
+built on first use, Qdrant Edge shards and the candidate memo are shared, and torch models keep per-call
+state. So ranking holds one lock, while answering (an LLM call on the process's one LLM loop, or the
+extractive answerer, both re-entrant) runs unlocked: concurrent ``/ask`` requests wait on the LLM
+together, not one after another.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from composer.data.types import Hit, Question
+from composer.errors import ComposerError
+from composer.llm.faults import scrub
+from composer.pipeline.pipeline import Pipeline
+
+MODEL_SCHEMES = ("models:/", "runs:/")
+"""Targets loaded with ``mlflow.pyfunc.load_model`` rather than read as a config file."""
+
+
+@dataclass(frozen=True)
+class ServedHit:
+    id: str
+    text: str | None
+    score: float
+    doc_id: str | None
+    citation: str
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One answer as the service returns it (``answer`` None: ``error`` says why)."""
+
+    answer: str | None
+    language: str
+    contexts: tuple[str, ...] = ()
+    hits: tuple[ServedHit, ...] = ()
+    citations: tuple[str, ...] = ()
+    refusal: bool = False
+    error: str | None = None
+    usage: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A result and the seconds the pipeline itself took (waiting for the lock excluded)."""
+
+    value: Any
+    seconds: float
+
+
+class Engine(Protocol):
+    name: str
+    answerer: str
+    can_search: bool
+
+    def search(self, question: str, k: int | None) -> Timed: ...
+
+    def ask(self, question: str) -> Timed: ...
+
+
+class PipelineEngine:
+    """A Composer pipeline, ranking under one lock (see the module's docstring)."""
+
+    can_search = True
+
+    def __init__(self, pipeline: Pipeline, name: str) -> None:
+        self.pipeline = pipeline
+        self.name = name
+        self.answerer = pipeline.answerer
+        self.default_k = pipeline.config.retrieval.k
+        self._lock = threading.Lock()
+        try:
+            pipeline.handle  # noqa: B018 -- an unindexed pipeline is refused before the port opens
+        except ComposerError:
+            raise ComposerError(f"{name}: the pipeline has no index: give --corpus, the documents to "
+                                "search") from None
+        pipeline.search("warm-up")  # builds the retriever, loads the models: the first user waits not
+        pipeline.citation("")  # builds the chunk table citations read, before threads race to
+        pipeline.generator  # noqa: B018 -- and the LLM client, once
+
+    def search(self, question: str, k: int | None) -> Timed:
+        with self._lock:
+            started = time.perf_counter()
+            hits = self.pipeline.search(question, k)
+            seconds = time.perf_counter() - started
+        return Timed([self._hit(h) for h in hits], seconds)
+
+    def ask(self, question: str) -> Timed:
+        """``Pipeline.ask``, its ranking locked and its answering not."""
+        pipe = self.pipeline
+        q = Question(id="question", question=question)
+        with self._lock:
+            started = time.perf_counter()
+            ranking, _ = pipe.rank([q])
+            ranked = time.perf_counter() - started
+        started = time.perf_counter()
+        answer = pipe.answer([q], ranking)[q.id]
+        seconds = ranked + time.perf_counter() - started
+        hits = tuple(self._hit(h) for h in ranking.hits(0))
+        cited = hits[: len(answer.contexts) or None]
+        result = answer.result
+        usage = {} if result is None else {"prompt_tokens": result.prompt_tokens,
+                                           "completion_tokens": result.completion_tokens}
+        error = None if result is None or result.error is None else scrub(result.error)
+        reply = Reply(answer.text, answer.language, answer.contexts, hits,
+                      tuple(dict.fromkeys(h.citation for h in cited)), answer.refusal, error, usage)
+        return Timed(reply, seconds)
+
+    def _hit(self, hit: Hit) -> ServedHit:
+        return ServedHit(hit.id, hit.text, hit.score, hit.doc_id, self.pipeline.citation(hit.id))
+
+
+class PredictEngine:
+    """An MLflow pyfunc model that holds no Composer pipeline: ``predict([question])`` answers, one row per
+    question, each a text or a mapping with ``answer`` (and optionally ``contexts``, ``citations``). Calls
+    are serialized: nothing says the model is thread-safe."""
+
+    can_search = False
+    answerer = "pyfunc"
+
+    def __init__(self, model: Any, name: str) -> None:
+        self.model = model
+        self.name = name
+        self._lock = threading.Lock()
+
+    def search(self, question: str, k: int | None) -> Timed:
+        raise ComposerError(f"{self.name} is a pyfunc model without a Composer pipeline: it answers only")
+
+    def ask(self, question: str) -> Timed:
+        from composer.llm.prompt import prompt_language
+
+        with self._lock:
+            started = time.perf_counter()
+            out = self.model.predict([question])
+            seconds = time.perf_counter() - started
+        row = _first_row(out)
+        lang = prompt_language(question)
+        if isinstance(row, Mapping):
+            text = row.get("answer")
+            return Timed(Reply(None if text is None else str(text), lang,
+                               tuple(map(str, row.get("contexts") or ())),
+                               citations=tuple(map(str, row.get("citations") or ()))), seconds)
+        return Timed(Reply(None if row is None else str(row), lang), seconds)
+
+
+def _first_row(out: Any) -> Any:
+    """The first answer of a pyfunc's output: a list, a pandas Series or DataFrame, or a numpy array."""
+    if hasattr(out, "to_dict") and hasattr(out, "columns"):  # a DataFrame: its first row as a mapping
+        rows = out.to_dict("records")
+        return rows[0] if rows else None
+    if hasattr(out, "tolist"):
+        out = out.tolist()
+    if isinstance(out, str | Mapping) or not isinstance(out, Sequence):
+        return out
+    return out[0] if out else None
+
+
+def load_engine(
+    target: str,
+    corpus: Path | None = None,
+    *,
+    workdir: Path | None = None,
+    qdrant: str | None = None,
+) -> Engine:
+    """The engine for a pipeline config (indexed on ``corpus``) or an MLflow model URI.
+
+    Args:
+        target: A pipeline YAML or export file, or ``models:/NAME@alias`` / ``runs:/ID/path``.
+        corpus: The documents to index; a config needs it, a model brings its own index.
+        workdir: Indexes and caches (``load_pipeline``'s default when None).
+        qdrant: A Qdrant server URL; None keeps the index in Qdrant Edge.
+    """
+    from composer.api import load_pipeline
+
+    if target.startswith(MODEL_SCHEMES):
+        return _model_engine(target, corpus)
+    if corpus is None:
+        raise ComposerError(f"{target}: a pipeline config needs --corpus, the documents to search")
+    pipe = load_pipeline(target, corpus, workdir=workdir, qdrant=qdrant)
+    return PipelineEngine(pipe, Path(target).stem)
+
+
+def _model_engine(uri: str, corpus: Path | None) -> Engine:
+    """A pyfunc model's pipeline when it exposes one (the model itself, or its ``pipeline``), else its
+    ``predict``. With ``corpus`` the pipeline is (re)indexed on it: a model may carry its config only."""
+    import mlflow.pyfunc
+    from mlflow.exceptions import MlflowException
+
+    try:
+        model = mlflow.pyfunc.load_model(uri)
+    except (MlflowException, OSError) as exc:
+        raise ComposerError(f"{uri}: cannot load the model: {scrub(str(exc)).splitlines()[0]}") from None
+    name = uri.split(":/", 1)[1].strip("/") or uri
+    try:
+        inner: Any = model.unwrap_python_model()
+    except MlflowException:  # another flavor (a sklearn model...): predict only
+        inner = None
+    pipe = inner if isinstance(inner, Pipeline) else getattr(inner, "pipeline", None)
+    if not isinstance(pipe, Pipeline):
+        return PredictEngine(model, name)
+    if corpus is not None:
+        from composer.data import load_corpus
+
+        pipe.index(load_corpus(corpus))
+    return PipelineEngine(pipe, name)
