@@ -264,7 +264,7 @@ def test_a_trial_of_a_gone_worker_is_failed_and_retried_at_once(tmp_path: Path) 
         trial = study.ask({"x": optuna.distributions.IntDistribution(0, 9)})
         study._storage.set_trial_system_attr(trial._trial_id, WORKER_ATTR, worker)
         if len(running) < 3:  # the last one died while its parameters were drawn: no record yet
-            TrialRecord({"x": trial.params["x"]}, "h", worker).save(trial)
+            TrialRecord({"x": trial.params["x"]}, "h").save(trial)
         running.append(trial.number)
     assert [t.number for t in fail_trials_of_gone_workers(study)] == [running[0], running[3]]
     assert fail_trials_of_gone_workers(study) == []  # once
@@ -573,9 +573,9 @@ def test_a_grid_tries_a_failed_point_again_in_a_later_run() -> None:
     fail = optuna.trial.TrialState.FAIL
 
     def add(point: int, failure: str, worker: str) -> None:
-        record = TrialRecord({}, "h", worker, error="x", failure=failure)  # type: ignore[arg-type]
+        record = TrialRecord({}, "h", error="x", failure=failure)  # type: ignore[arg-type]
         study.add_trial(optuna.trial.create_trial(state=fail, user_attrs={"composer": record.to_dict()},
-                                                  system_attrs={GRID_ID: point}))
+                                                  system_attrs={GRID_ID: point, WORKER_ATTR: worker}))
 
     add(0, "error", worker_id())  # this run
     add(1, "error", "an-earlier-run")
