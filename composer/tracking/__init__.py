@@ -5,6 +5,6 @@ assessments); ``writer`` runs it in a process of its own, fed through the on-dis
 logs a question generation, ``evaluation`` one evaluation report. The parent run is elected through the
 Optuna storage (``parent.ParentClaims``); a trial's run is made after Optuna has told its end, from
 its ``FrozenTrial``, its ``composer.record.TrialRecord`` and its ``trial.TrialReport``. Nothing here
-imports ``composer.study`` (``tests/test_import_graph.py``), nor is imported by
+imports ``composer.study`` (``tests/api/test_import_graph.py``), nor is imported by
 ``import composer``.
 """
