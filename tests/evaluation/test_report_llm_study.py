@@ -78,8 +78,8 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ran]:
     from mlflow import MlflowClient
 
     root = tmp_path_factory.mktemp("report-round3")
-    golds = {q.question: q.gold_answers[0]
-             for q in load_questions(Path(__file__).resolve().parents[2] / "examples/arcd-sample/questions.jsonl")}
+    sample = Path(__file__).resolve().parents[2] / "examples" / "arcd-sample"
+    golds = {q.question: q.gold_answers[0] for q in load_questions(sample / "questions.jsonl")}
     with FakeLLMServer(ScriptedRAG(golds)) as server:
         exp_file = write_sample_study(root, space=SPACE, experiment=EXPERIMENT.replace("{url}", server.url),
                                       n_questions=16)

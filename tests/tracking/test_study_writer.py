@@ -104,7 +104,8 @@ CHILD = textwrap.dedent("""
 
 def test_logs_a_dead_study_left_in_the_spool_are_written_when_it_resumes(tmp_path: Path) -> None:
     subprocess.run(
-        [sys.executable, "-c", CHILD, str(tmp_path), str(Path(__file__).resolve().parents[1])], check=True, timeout=120
+        [sys.executable, "-c", CHILD, str(tmp_path), str(Path(__file__).resolve().parents[1])],
+        check=True, timeout=120,
     )
     spool = settings(tmp_path).spool
     adopted = Orphans(spool)
@@ -123,7 +124,7 @@ def test_logs_a_dead_study_left_in_the_spool_are_written_when_it_resumes(tmp_pat
 def test_a_writer_that_dies_leaves_the_logs_spooled_for_the_next_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("composer.tracking.writer.RESTARTS", 0)  # restarts: tests/tracking/test_tracking_ui.py
+    monkeypatch.setattr("composer.tracking.writer.RESTARTS", 0)  # restarts: tracking/test_tracking_ui.py
     tracker = StudyTracker(settings(tmp_path))
     tracker.ready()
     tracker.submit(*trial_log(0))
