@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test test-fast lint docs bench clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -29,12 +29,22 @@ demo: $(STAMP)
 
 # pytest exits 5 when it collects no test: make fails on it like on any failure. Two processes (the
 # machines have two cores); a file's tests stay on one, so its module fixtures are built once.
+# Every test, as CI runs it; the 15 slowest are printed so a new slow test shows.
 test: $(STAMP)
-	$(OFFLINE) $(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(OFFLINE) $(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15
+
+# The inner loop: everything but the tests marked slow (whole studies, drills, parity on full ARCD).
+test-fast: $(STAMP)
+	$(OFFLINE) $(BIN)/python -m pytest -q -m "not slow" -n 2 --dist loadfile
 
 lint: $(STAMP)
-	$(BIN)/ruff check composer tests benchmarks
+	$(BIN)/ruff check composer tests benchmarks examples tools
 	$(BIN)/mypy
 
+# The documentation site under site/ (mkdocs-material; the CLI and file references are generated from the
+# code). --strict: a broken link or anchor, or a page left out of the navigation, fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

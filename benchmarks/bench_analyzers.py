@@ -8,7 +8,7 @@ otherwise) scored by ``evaluate_pipeline``: the numbers a study's trial sees. "i
 includes tokenizing the corpus (and loading a stemmer on its first use). "Δ nDCG@10" is each row's
 paired difference to the plain baseline (the issue's recipe: NFKC, no diacritics, Arabic letter forms
 folded, lower case, Snowball Arabic, no stopwords), with a 95% paired bootstrap interval over questions.
-Prints Markdown tables (README.md, "Analyzers", keeps the last run's).
+Prints Markdown tables (docs/benchmarks.md, "BM25 analyzers and index options", keeps the last run's).
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from composer.api import evaluate, load_pipeline, optimize
+    from composer.cost.estimate import Estimate
     from composer.data.types import Corpus, Document, Hit, Question, QuestionSet
     from composer.errors import ComposerError, ConfigError, InputError
     from composer.evaluation.report import EvaluationReport
@@ -33,6 +34,7 @@ _EXPORTS = {
     "optimize": "composer.api",
     "load_pipeline": "composer.api",
     "StudyResult": "composer.study.study",
+    "Estimate": "composer.cost.estimate",
     "EvaluationReport": "composer.evaluation.report",
     "Pipeline": "composer.pipeline.pipeline",
     "PipelineConfig": "composer.pipeline.config",
@@ -56,6 +58,7 @@ __all__ = [
     "ConfigError",
     "Corpus",
     "Document",
+    "Estimate",
     "EvaluationReport",
     "Hit",
     "InputError",

@@ -12,7 +12,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from pydantic import ValidationError
 
@@ -20,6 +20,7 @@ from composer.errors import ConfigError, config_error
 from composer.protocols import CorpusSource, Evaluable, Questions, Split, SystemFactory
 
 if TYPE_CHECKING:
+    from composer.cost.estimate import Estimate
     from composer.data.types import Corpus, QuestionSet
     from composer.evaluation.gate import Scores
     from composer.evaluation.report import EvaluationReport
@@ -334,12 +335,15 @@ def load_pipeline(
 ) -> Pipeline:
     """A Composer pipeline from a config: a pipeline YAML, ``composer export``'s file (its ``pipeline``
     section), a dict or a ``PipelineConfig``. With ``corpus`` it is indexed (built once, then reused from
-    ``workdir``), ready for ``pipe.search(text)`` and ``pipe.ask(question)``.
+    ``workdir``), ready for ``pipe.search(text)`` and ``pipe.ask(question)``. Without it, the index built
+    before for this config is reopened from what its build saved in ``workdir`` (chunks, fitted BM25,
+    vectors): the corpus file is neither needed nor read, so a deployed config starts without it.
 
     Args:
         config: A pipeline YAML or export file, a dict of either, or a ``PipelineConfig``.
-        corpus: The documents to index (a file, folder, DataFrame, list of dicts or ``Corpus``); None leaves
-            the pipeline unindexed (call ``pipe.index(corpus)`` later).
+        corpus: The documents to index (a file, folder, DataFrame, list of dicts or ``Corpus``); None
+            reopens the index saved in ``workdir`` on first use (an error naming the work dir when none is
+            saved for this config; ``pipe.index(corpus)`` builds one).
         workdir: Indexes, embeddings and LLM replies. Default: ``.composer`` beside a config file (the
             folder itself when it is one: an export written into a study's work dir reuses its caches), and
             for an in-memory config the user's cache folder (``$COMPOSER_CACHE_DIR``, else
@@ -394,6 +398,7 @@ def _pipeline_workdir(config: object) -> Path:
 # -- optimize -----------------------------------------------------------------------------------------
 
 
+@overload
 def optimize(
     target: str | Path | Mapping[str, Any] | SystemFactory,
     *,
@@ -409,8 +414,50 @@ def optimize(
     workdir: str | Path | None = None,
     name: str | None = None,
     concurrency: int = 8,
+    estimate: Literal[False] = False,
     **experiment: Any,
-) -> StudyResult:
+) -> StudyResult: ...
+
+
+@overload
+def optimize(
+    target: str | Path | Mapping[str, Any] | SystemFactory,
+    *,
+    space: str | Path | Mapping[str, Any] | None = None,
+    questions: Questions | None = None,
+    corpus: CorpusSource | None = None,
+    objective: Mapping[str, Any] | None = None,
+    n_trials: int | None = None,
+    sampler: str | Mapping[str, Any] | None = None,
+    pruner: str | Mapping[str, Any] | None = None,
+    storage: str | None = None,
+    mlflow: str | Mapping[str, Any] | None = None,
+    workdir: str | Path | None = None,
+    name: str | None = None,
+    concurrency: int = 8,
+    estimate: Literal[True],
+    **experiment: Any,
+) -> Estimate: ...
+
+
+def optimize(
+    target: str | Path | Mapping[str, Any] | SystemFactory,
+    *,
+    space: str | Path | Mapping[str, Any] | None = None,
+    questions: Questions | None = None,
+    corpus: CorpusSource | None = None,
+    objective: Mapping[str, Any] | None = None,
+    n_trials: int | None = None,
+    sampler: str | Mapping[str, Any] | None = None,
+    pruner: str | Mapping[str, Any] | None = None,
+    storage: str | None = None,
+    mlflow: str | Mapping[str, Any] | None = None,
+    workdir: str | Path | None = None,
+    name: str | None = None,
+    concurrency: int = 8,
+    estimate: bool = False,
+    **experiment: Any,
+) -> StudyResult | Estimate:
     """Run (or continue) a study and return its winner.
 
     Composer samples ``space`` with Optuna, scores each system in batches with pruning, logs every trial
@@ -436,6 +483,8 @@ def optimize(
         workdir: The study's folder (caches, storage, inputs); default ``.composer``.
         name: The study's name: the same name and ``workdir`` resume it.
         concurrency: Questions in flight at once for a factory's systems.
+        estimate: Run nothing: return the LLM calls, tokens and dollars the study would take, per
+            stage and in all (an ``Estimate``; no request is sent, no study created).
         **experiment: Further experiment keys (``split``, ``timeout``, ``batch_size``, ``judge``, ``llm``,
             ``stop``...).
 
@@ -488,6 +537,10 @@ def optimize(
         factory=factory,
         extra=experiment,
     )
+    if estimate:
+        from composer.study.study import estimate_study
+
+        return estimate_study(exp)
     return run_study(exp, system=factory, concurrency=concurrency)
 
 

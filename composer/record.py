@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import optuna
 
 
-FailureKind = Literal["error", "invalid", "surplus"]
+FailureKind = Literal["error", "invalid", "surplus", "budget"]
 
 RECORD_ATTR = "composer"
 """The trial user attribute holding its TrialRecord."""
@@ -50,7 +50,8 @@ class TrialRecord:
     failure: FailureKind | None = None
     """Why a failed trial failed: its pipeline raised ("error"), its sampled values do not make a valid
     configuration ("invalid"), or it started after other workers had taken the study's last slot
-    ("surplus"). A failed trial without one was cut off by the death of its process."""
+    ("surplus"), or the study's LLM budget ran out while it ran ("budget"). A failed trial without one
+    was cut off by the death of its process."""
     llm_usage: Mapping[str, float] = field(default_factory=dict)
     seconds: Mapping[str, float] = field(default_factory=dict)
     """Where the trial's time went: index, search, fusion, answer, judge, metrics, steps."""

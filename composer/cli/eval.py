@@ -39,7 +39,8 @@ def eval_command(
         "file's order), auto (given where a question's scores are all equal or absent, else score).",
     ),
     config: Path | None = typer.Option(
-        None, "--config", help="Pipeline YAML to run end to end instead of scoring a --run (needs --corpus)."
+        None, "--config", help="Pipeline YAML to run end to end instead of scoring a --run (indexed on "
+        "--corpus; without it, the index saved for it in the work dir is reopened)."
     ),
     split: Split = typer.Option(
         "all",
@@ -123,6 +124,7 @@ def eval_command(
     from composer.data import load_corpus, read_run
     from composer.evaluation import evaluate_run
     from composer.evaluation.gate import COMPOSITE, Scores, run_gate, stated_objective, with_objective
+    from composer.llm.spend import Spend
 
     _check_sources(run, config, corpus, llm)
     if baseline is None and (metric != COMPOSITE or margin):
@@ -132,30 +134,36 @@ def eval_command(
     wanted = [m.strip() for value in metrics for m in value.split(",") if m.strip()]
     docs = load_corpus(corpus) if corpus is not None else None
     question_set = _question_set(questions, docs, config, split, strict)
-    report: EvaluationReport
-    if run is not None:
-        given = read_run(run)
-        judging = _run_judging(run, bool(given.answers), judge, llm_base, llm_key_env, llm_timeout, wanted,
-                               workdir, strict)
-        report = evaluate_run(question_set, given.hits, ks=k, match=match, corpus=docs, order=order,
-                              answers=given.answers or None, judging=judging)
-    else:
-        assert config is not None and docs is not None
-        pipeline_config = _pipeline_config(config, llm, llm_base, llm_key_env)
-        settings = _run_llm(pipeline_config, judge, llm_timeout)
-        judging = _judging(pipeline_config, settings, judge, llm_base, llm_key_env, wanted, workdir, strict)
-        _check_llms(pipeline_config, settings, judging)
-        report = _run_pipeline(pipeline_config, settings, judging, docs, question_set, k, match, workdir,
-                               qdrant, progress=not as_json)
-    if stated is not None:
-        report = with_objective(report, stated[0], stated[1])
-    if old is not None:
-        assert baseline is not None
-        if not isinstance(old, Scores):
-            assert docs is not None  # _baseline asked for the corpus
-            old = Scores.of(_run_pipeline(old, _run_llm(old, judge, llm_timeout), judging, docs, question_set,
-                                          k, match, workdir, qdrant, progress=not as_json), str(baseline))
-        report = report.with_gate(run_gate(report, str(questions), old, metric=metric, margin=margin))
+    spend = Spend()  # every request by purpose: the test requests, the scoring
+    with spend.counting(), spend.track("eval"):
+        report: EvaluationReport
+        if run is not None:
+            given = read_run(run)
+            judging = _run_judging(run, bool(given.answers), judge, llm_base, llm_key_env, llm_timeout,
+                                   wanted, workdir, strict)
+            report = evaluate_run(question_set, given.hits, ks=k, match=match, corpus=docs, order=order,
+                                  answers=given.answers or None, judging=judging)
+        else:
+            assert config is not None
+            pipeline_config = _pipeline_config(config, llm, llm_base, llm_key_env)
+            settings = _run_llm(pipeline_config, judge, llm_timeout)
+            judging = _judging(pipeline_config, settings, judge, llm_base, llm_key_env, wanted, workdir,
+                               strict)
+            _check_llms(pipeline_config, settings, judging)
+            report = _run_pipeline(pipeline_config, settings, judging, docs, question_set, k, match, workdir,
+                                   qdrant, progress=not as_json)
+        if stated is not None:
+            report = with_objective(report, stated[0], stated[1])
+        if old is not None:
+            assert baseline is not None
+            if not isinstance(old, Scores):
+                assert docs is not None  # _baseline asked for the corpus
+                old = Scores.of(_run_pipeline(old, _run_llm(old, judge, llm_timeout), judging, docs,
+                                              question_set, k, match, workdir, qdrant, progress=not as_json),
+                                str(baseline))
+            report = report.with_gate(run_gate(report, str(questions), old, metric=metric, margin=margin))
+    if spend.by_purpose:
+        report = report.with_meta({"llm_by_purpose": spend.ordered()})
     if out is not None:
         report.save(out)
     _refuse_all_failed(report)
@@ -186,13 +194,12 @@ def _baseline(
 
 def _check_sources(run: Path | None, config: Path | None, corpus: Path | None, llm: str | None) -> None:
     """What to score comes from exactly one place, before anything is read: a run file, or a pipeline
-    (which needs the corpus to index); a run has no pipeline for --llm to answer with."""
+    (indexed on the corpus, or reopened from the index saved for it); a run has no pipeline for --llm to
+    answer with."""
     if (run is None) == (config is None):
         raise InputError(
             "give exactly one of --run RUN (score a run) or --config PIPELINE.yaml (run a pipeline)"
         )
-    if config is not None and corpus is None:
-        raise InputError("--config needs the corpus to index: add --corpus CORPUS", field="corpus")
     if run is not None and llm is not None:
         raise InputError("--llm: answers need a pipeline: give --config PIPELINE.yaml instead of --run (a "
                          "run's own answers, its 'answer' fields, are judged with --judge MODEL)")
@@ -265,7 +272,7 @@ def _run_pipeline(
     config: PipelineConfig,
     settings: Any,
     judging: Judging | None,
-    docs: Corpus,
+    docs: Corpus | None,
     questions: QuestionSet,
     ks: list[int],
     match: MatchMode | None,
@@ -274,8 +281,8 @@ def _run_pipeline(
     *,
     progress: bool,
 ) -> EvaluationReport:
-    """Index the corpus and score the pipeline on the questions, with a progress display unless the
-    output is JSON (stdout then holds nothing else)."""
+    """Index the corpus (None: reopen the index saved for the config in ``workdir``) and score the pipeline
+    on the questions, with a progress display unless the output is JSON (stdout then holds nothing else)."""
     from composer.cli.progress import pipeline_progress
     from composer.evaluation import evaluate_pipeline
     from composer.pipeline.pipeline import Pipeline
@@ -300,6 +307,7 @@ def _print_report(report: EvaluationReport, out: Path | None, answers: str | Non
     LLM generated came from) and where the files went."""
     from composer.console import make_console
     from composer.evaluation import render_report
+    from composer.llm.spend import purpose_line
 
     console = make_console()
     console.print(render_report(report))
@@ -307,6 +315,9 @@ def _print_report(report: EvaluationReport, out: Path | None, answers: str | Non
         console.print(line, markup=False, highlight=False)
     if "llm" in report.meta:
         console.print(_llm_line(report.meta["llm"], answers), markup=False, highlight=False)
+    if "llm_by_purpose" in report.meta:
+        console.print(f"LLM requests by purpose: {purpose_line(report.meta['llm_by_purpose'])}", markup=False,
+                      highlight=False)
     if "objective" in report.meta:
         stated = report.meta["objective"]
         weights = ", ".join(f"{k} {w:.3g}" for k, w in stated["weights"].items())

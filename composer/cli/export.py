@@ -12,31 +12,56 @@ from composer.cli.options import EXPERIMENT, STORAGE, STUDY
 
 def export_command(
     study: str | None = STUDY,
-    out: Path = typer.Option(..., "--out", "-o", help="File to write (best.yaml, best.py)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="File to write (best.yaml, best.py)."),
     fmt: Literal["yaml", "python"] = typer.Option(
         "yaml", "--format", help="yaml: pipeline + scores + provenance; python: a runnable script."
     ),
     trial: int | None = typer.Option(None, "--trial", help="Export this trial instead of the best one."),
     experiment: Path | None = EXPERIMENT,
     storage: str | None = STORAGE,
+    register: str | None = typer.Option(
+        None, "--register", metavar="NAME", help="Also register it in MLflow's Model Registry as NAME "
+        "(alias challenger): a self-contained model, index included. Needs --experiment."
+    ),
+    promote: bool = typer.Option(False, "--promote", help="With --register: move the champion alias to it."),
 ) -> None:
-    """Export the best trial's self-contained pipeline config, its scores and provenance."""
+    """Export the best trial's self-contained pipeline config, its scores and provenance; or register it
+    as an MLflow model."""
     from composer.console import make_console
+    from composer.errors import InputError
     from composer.record import TrialRecord
     from composer.study._storage import load_study
     from composer.study.experiment import locate_study
     from composer.study.export import best_trial, export_document, write_export
+    from composer.study.registry import Where, check_name, register_winner
 
-    name, url, _ = locate_study(study, experiment, storage)
+    if out is None and register is None:
+        raise InputError("say where: --out FILE, or --register NAME", field="out")
+    if promote and register is None:
+        raise InputError("--promote moves the champion alias of a model: add --register NAME",
+                         field="promote")
+    if register is not None:
+        check_name(register)
+    name, url, exp = locate_study(study, experiment, storage)
     loaded = load_study(name, url)
     chosen = best_trial(loaded, trial)
-    write_export(export_document(loaded, chosen, url), out, fmt)
     record = TrialRecord.of(chosen)
     composite = record.composite if record is not None else None
     score = f" (composite {composite:.4f})" if composite is not None else ""
     console = make_console(stderr=True, soft_wrap=True)
-    console.print(f"trial #{chosen.number}{score} of study {name} written to {out}", markup=False,
-                  highlight=False)
+    if out is not None:
+        write_export(export_document(loaded, chosen, url), out, fmt)
+        console.print(f"trial #{chosen.number}{score} of study {name} written to {out}", markup=False,
+                      highlight=False)
+    if register is not None:
+        if exp is None:
+            raise InputError("--register needs --experiment EXPERIMENT.yaml (its MLflow store and work dir)",
+                             field="experiment")
+        done = register_winner(loaded, chosen, Where(url, exp.tracking_uri, exp.work_dir, exp.qdrant),
+                               register, promote=promote)
+        aliases = "challenger, champion" if promote else "challenger"
+        console.print(f"trial #{chosen.number}{score} registered as {done.uri} ({aliases}), logged on run "
+                      f"{done.run_id}", markup=False, highlight=False)
     if trial is None:
         warning = runner_up_warning(loaded.user_attrs.get("held_out"), chosen.number)
         if warning:

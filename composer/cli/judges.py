@@ -104,6 +104,60 @@ def check_command(
         console.print(f"check written to {out}", markup=False, highlight=False)
 
 
+@judges_app.command("tune")
+def tune_command(
+    labels: Path = LABELS,
+    space: Path = typer.Option(
+        ...,
+        "--space",
+        help="Judges to choose among (YAML): models, prompts (default, strict, lenient), shots (few-shot "
+        "examples per metric and language), draws, metrics, held_out, seed, n_trials, api_base.",
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="Write the chosen judge block here (YAML; an experiment's `judge: FILE`)."
+    ),
+    llm_base: str | None = LLM_BASE,
+    llm_key_env: str | None = LLM_KEY_ENV,
+    questions: Path | None = QUESTIONS,
+    as_json: bool = flag("--json", "Print the trials and the held-out agreement as JSON on stdout."),
+    workdir: Path = WORKDIR,
+) -> None:
+    """Search for the judge (model, prompt variant, few-shot examples from the labels in the answer's
+    language) that agrees best with held-out labels it was never shown; replies cached: a rerun sends
+    nothing. Prints every trial and the chosen judge's held-out agreement."""
+    import json
+    import logging
+
+    import optuna
+
+    from composer.judges.tune import load_space, tune
+
+    optuna.logging.set_verbosity(logging.WARNING)  # the table below lists every trial
+    found = read_labels(labels, questions)
+    chosen = load_space(space)
+    update = {k: v for k, v in (("api_base", llm_base), ("api_key_env", llm_key_env)) if v is not None}
+    result = tune(found, chosen.model_copy(update=update) if update else chosen, workdir=workdir,
+                  source=str(labels))
+    if out is not None:
+        result.save(out)
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_dict(), ensure_ascii=False) + "\n")
+        return
+    from composer.console import make_console
+
+    console = make_console()
+    console.print(result.render())
+    usage = result.usage
+    console.print(
+        f"chosen: trial {result.best.number} ({result.best.model}, prompt {result.best.prompt}, "
+        f"{result.best.shots} shots); judge calls: {usage.get('llm_calls', 0)} "
+        f"({usage.get('llm_cached_calls', 0)} cached)"
+        + (f"; judge block written to {out}" if out is not None else ""),
+        markup=False,
+        highlight=False,
+    )
+
+
 def read_labels(labels: Path, questions: Path | None) -> list[Label]:
     """The labels file, questions filled in from ``--questions`` by id."""
     from composer.data import load_questions

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 import typer
 
 from composer.cli.options import checked_study_name, flag
-from composer.errors import ComposerError
+from composer.errors import ComposerError, InputError
 
 if TYPE_CHECKING:
+    from composer.study.experiment import ExperimentConfig
     from composer.tracking.summary import HeldOut
 
 
@@ -33,8 +34,13 @@ def optimize_command(
         "workdir: (default: .composer beside the experiment file).",
     ),
     strict: bool = flag("--strict", "Relevant ids missing from the corpus are an error."),
+    estimate: bool = flag("--estimate", "Run nothing: print the LLM calls, tokens and dollars the study "
+                          "would take, per stage and in all (no request is sent)."),
+    as_json: bool = flag("--json", "With --estimate: print the estimate as JSON."),
 ) -> None:
     """Search the configuration space; every trial goes to MLflow. Run it again to continue the study."""
+    from composer.cost.render import actual_line
+    from composer.llm.spend import purpose_line
     from composer.redact import scrub_url
     from composer.study._storage import load_study
     from composer.study.experiment import load_experiment
@@ -48,6 +54,11 @@ def optimize_command(
         exp = exp.model_copy(update={"storage": storage})
     if workdir is not None:
         exp = exp.model_copy(update={"workdir": workdir.resolve()})
+    if as_json and not estimate:
+        raise InputError("--json prints an estimate: give --estimate too", field="json")
+    if estimate:
+        _print_estimate(exp, n_trials, study_name, strict, as_json)
+        return
     err = report_console(stderr=True)
     result = run_study(exp, n_trials=n_trials, study_name=study_name, console=err, strict=strict)
     causes = failure_causes(load_study(result.name, exp.storage_url).get_trials(deepcopy=False))
@@ -67,9 +78,12 @@ def optimize_command(
               f"{enc.repeats_skipped} repeated configs answered from earlier trials", highlight=False)
     llm = summary.llm_usage
     if llm:
-        out.print(f"LLM: {llm['llm_calls']:.0f} calls ({llm['llm_cached_calls']:.0f} cached), "
-                  f"{llm['llm_total_tokens']:.0f} tokens, ${llm['llm_cost_usd']:.4f} over all trials",
-                  highlight=False)
+        out.print(f"LLM: {llm['llm_requests']:.0f} requests sent "
+                  f"({purpose_line(summary.llm_by_purpose or {})}), {llm['llm_calls']:.0f} calls "
+                  f"({llm['llm_cached_calls']:.0f} cached), {llm['llm_total_tokens']:.0f} tokens, "
+                  f"${llm['llm_cost_usd']:.4f}", highlight=False)
+    if (versus := actual_line(summary.llm_estimate, llm)) is not None:
+        out.print(versus, markup=False, highlight=False)
     selection = summary.selection
     if selection is not None and not selection.separated:
         low, high = selection.ci95
@@ -79,10 +93,29 @@ def optimize_command(
                   f"{high:+.4f}] spans 0; add questions before trusting the ranking", highlight=False)
     for line in held_out_lines(summary.held_out):
         out.print(line, markup=False, highlight=False)
+    if summary.judge_agreement is not None:
+        for line in summary.judge_agreement.lines():
+            out.print(f"judge agreement: {line}", markup=False, highlight=False)
     found = f"--experiment {experiment}" if workdir is None else f"--storage {scrub_url(exp.storage_url)}"
     out.print(f"MLflow: {scrub_url(result.tracking_uri)} (composer ui --experiment {experiment}) · "
               f"export: composer export {result.name} {found} --out {_shown(exp.work_dir / 'best.yaml')}",
               markup=False, highlight=False)
+
+
+def _print_estimate(exp: ExperimentConfig, n_trials: int | None, study_name: str | None, strict: bool,
+                    as_json: bool) -> None:
+    """``--estimate``: the study's LLM cost as a table (or JSON), nothing run."""
+    import json
+
+    from composer.cost.render import render_estimate
+    from composer.study.leaderboard import report_console
+    from composer.study.study import estimate_study
+
+    est = estimate_study(exp, n_trials=n_trials, study_name=study_name, strict=strict)
+    if as_json:
+        typer.echo(json.dumps(est.to_dict(), ensure_ascii=False, indent=2))
+    else:
+        report_console().print(render_estimate(est))
 
 
 def _shown(path: Path) -> str:

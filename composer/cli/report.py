@@ -83,6 +83,8 @@ def render_report(study: optuna.Study, exp: ExperimentConfig, ui_url: str | None
         _mlflow_line(runs, exp),
         "<h2>Held-out verdict</h2>",
         _held_out_section(study.user_attrs.get("held_out")),
+        "<h2>Can the judge be trusted?</h2>",
+        _judge_section(study.user_attrs.get("judge_agreement")),
         "<h2>Leaderboard</h2>",
         _leaderboard_table(board, _costs(trials), runs),
         f"<h2>95% bootstrap confidence intervals (top {TOP})</h2>",
@@ -227,6 +229,23 @@ def _held_out_section(stored: Any) -> str:
                      f"<strong>{html.escape(d.verdict)}</strong>.</p>")
     if held.error:
         parts.append(f"<p>{html.escape(held.error)}</p>")
+    return "\n".join(parts)
+
+
+def _judge_section(stored: Any) -> str:
+    """The judge's agreement with human labels per judged metric, and the warning when it is unchecked or
+    low (``stored``: the study's ``judge_agreement`` user attribute)."""
+    from composer.tracking.summary import JudgeAgreement
+
+    agreement = JudgeAgreement.from_dict(stored)
+    if agreement is None:
+        return "<p>No LLM judge: every metric was computed without one.</p>"
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in agreement.lines())
+    parts = [f"<p>Judge <code>{html.escape(agreement.judge)}</code>, its agreement with human labels "
+             f"(Cohen's kappa; warned below {agreement.min_kappa:g}):</p><ul>{items}</ul>"]
+    warning = agreement.warning()
+    if warning is not None:
+        parts.append(f"<p><strong>Warning:</strong> {html.escape(warning)}</p>")
     return "\n".join(parts)
 
 

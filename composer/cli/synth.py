@@ -90,10 +90,15 @@ def synth_command(
     config = _synth_config({**fields, **({"mix": weights} if weights else {})}, llm_fields)
     docs = load_corpus(corpus)
     from composer.llm.preflight import check_reachable
+    from composer.llm.spend import Spend, purpose
 
-    check_reachable([config.llm], before="generating questions")
-    outcome = synthesize(docs, config, LLMClient(config.llm, cache_dir=workdir / "cache" / "llm"))
+    spend = Spend()  # every request by purpose: the test request, the generation
+    with spend.counting():
+        check_reachable([config.llm], before="generating questions")
+        with purpose("synth"):
+            outcome = synthesize(docs, config, LLMClient(config.llm, cache_dir=workdir / "cache" / "llm"))
     require_questions(outcome)
+    outcome.report["llm_by_purpose"] = spend.ordered()
     report_file = report_path or out.with_suffix(".report.json")
     report = _write_files(outcome, out, report_file)
     if mlflow_experiment is not None:
@@ -205,6 +210,8 @@ def summary_lines(report: dict[str, Any], out: Path, report_file: Path) -> list[
     """What was kept, dropped and paid for, as Rich markup lines (user text escaped)."""
     from rich.markup import escape
 
+    from composer.llm.spend import purpose_line
+
     kinds = ", ".join(f"{k} {v['kept']}/{v['target']}" for k, v in report["by_kind"].items() if v["target"])
     dropped = ", ".join(f"{r} {n}" for r, n in report["dropped"].items() if n) or "none"
     usage = report["llm"]
@@ -219,6 +226,8 @@ def summary_lines(report: dict[str, Any], out: Path, report_file: Path) -> list[
         f"requests), {usage['llm_prompt_tokens']:,} prompt + {usage['llm_completion_tokens']:,} completion "
         f"tokens, {cost}, {usage['llm_failed_calls']} failed calls",
     ]
+    if report.get("llm_by_purpose"):
+        lines.append(f"LLM requests by purpose: {purpose_line(report['llm_by_purpose'])}")
     if report["shortfall"]:
         lines.append(
             f"[yellow]warning:[/] {report['shortfall']} short of {report['n']}: the attempt budget "

@@ -112,7 +112,10 @@ class Scored:
         """Cost metrics: mean latency per question (what a user waits for) and mean context size."""
         latency = self.report.latency_ms()
         waited = sum(latency[stage]["mean"] for stage in COST_STAGES if stage in latency)
-        return {"latency_ms": waited, "context_tokens": self.report.mean_context_tokens()}
+        out = {"latency_ms": waited, "context_tokens": self.report.mean_context_tokens()}
+        if self.usage.calls and len(self.report):
+            out["llm_cost_per_question_usd"] = self.usage.cost / len(self.report)
+        return out
 
     def llm_metrics(self) -> dict[str, float]:
         """``usage_metrics`` plus the judge's rating on its 1-5 scale (``llm_judge_rating_5``)."""
@@ -183,7 +186,7 @@ StageHook = Callable[[str, int, int], None]
 def score_pipeline(
     pipeline: RankingPipeline,
     questions: QuestionSet,
-    corpus: Corpus,
+    corpus: Corpus | None,
     *,
     judging: Judging | None = None,
     ks: Sequence[int] = DEFAULT_KS,
@@ -211,7 +214,7 @@ def score_pipeline(
     info: dict[str, Any] = {
         "questions": questions.source,
         "questions_fingerprint": questions.fingerprint(),
-        "corpus": corpus.source,
+        "corpus": None if corpus is None else corpus.source,
     }
     with track_usage() as usage:
         progress = _Progress(on_stage, total)
@@ -245,7 +248,7 @@ class _Batches:
 
     pipeline: RankingPipeline
     judging: Judging | None
-    corpus: Corpus
+    corpus: Corpus | None
     ks: Sequence[int]
     mode: MatchMode
     universe: Universe | None
@@ -451,21 +454,28 @@ def _llm_section(
 
 def evaluate_pipeline(
     pipeline: Pipeline,
-    corpus: Corpus,
+    corpus: Corpus | None,
     questions: QuestionSet,
     *,
     ks: Sequence[int] = DEFAULT_KS,
     match: MatchMode | None = None,
     judging: Judging | None = None,
 ) -> EvaluationReport:
-    """Index (or reuse), then ``score_pipeline`` in one batch; the report's meta adds the index key, the
-    pipeline config and cache counters, so a second identical run visibly encodes nothing."""
-    info = pipeline.index(corpus)
+    """Index ``corpus`` (or reuse its index; None: reopen the one saved for the config in the pipeline's
+    work dir, reading no corpus), then ``score_pipeline`` in one batch; the report's meta adds the index
+    key, the pipeline config and cache counters, so a second identical run visibly encodes nothing."""
+    started = time.perf_counter()
+    if corpus is not None:
+        info = pipeline.index(corpus)
+        index = {"key": info.key, "chunks": info.n_chunks, "reused": info.reused, "seconds": info.seconds}
+    else:
+        index = {"key": pipeline.key, "chunks": len(pipeline.handle.chunks), "reused": True,
+                 "seconds": time.perf_counter() - started}
     scored = score_pipeline(
         pipeline, questions, corpus, judging=judging, ks=ks, match=match, batch_size=max(len(questions), 1)
     )
     meta = {
-        "index": {"key": info.key, "chunks": info.n_chunks, "reused": info.reused, "seconds": info.seconds},
+        "index": index,
         "pipeline": pipeline.config.to_dict(),
         "cache": pipeline.cache_stats,
     }

@@ -12,6 +12,14 @@ from composer.llm.client import LLMClient, Result
 from composer.llm.prompt import PromptLanguage, numbered, prompt_language
 
 
+def answer_messages(template: str, question: str, contexts: Sequence[str]) -> list[dict[str, str]]:
+    """The request that answers ``question`` from ``contexts`` with ``template``, in the question's
+    language (what a trial sends, and what a cost estimate counts)."""
+    lang = prompt_language(question)
+    passages = [" ".join(c.split()) for c in contexts]
+    return ANSWER_TEMPLATES[template][lang].messages(contexts=numbered(passages), question=question)
+
+
 @dataclass(frozen=True)
 class Answer:
     """An answer, as ``Pipeline.ask`` returns it.
@@ -73,9 +81,7 @@ class Generator:
         self.template = template
 
     def messages(self, question: str, contexts: Sequence[str]) -> list[dict[str, str]]:
-        lang = prompt_language(question)
-        passages = [" ".join(c.split()) for c in contexts]
-        return ANSWER_TEMPLATES[self.template][lang].messages(contexts=numbered(passages), question=question)
+        return answer_messages(self.template, question, contexts)
 
     async def agenerate(self, question: str, contexts: Sequence[str]) -> Answer:
         lang = prompt_language(question)

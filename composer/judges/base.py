@@ -13,6 +13,7 @@ import numpy as np
 
 from composer.data.types import Question
 from composer.errors import ConfigError
+from composer.judges.guidance import JudgeExample, PromptVariant, guide
 from composer.judges.prompts import STATEMENTS
 from composer.llm.client import LLMClient
 from composer.llm.parse import parse_statements
@@ -28,6 +29,11 @@ EmbedFn = Callable[[Sequence[str]], Any]
 
 ATOMIC_WORDS = 8
 """A one-sentence text of at most this many words is one statement as it stands: no call to split it."""
+
+
+def is_atomic(text: str) -> bool:
+    """Whether ``text`` is one statement as it stands (no call splits it): see ``ATOMIC_WORDS``."""
+    return len(split_sentences(text)) <= 1 and len(text.split()) <= ATOMIC_WORDS
 
 
 class JudgeError(Exception):
@@ -52,7 +58,8 @@ class LLMJudge(ABC):
     """An ``AnswerScorer`` graded by an LLM at temperature 0.
 
     ``fallback`` is a deterministic scorer used when the judge fails (said in the reason); ``blend`` > 0
-    mixes it into every judged score: (1 - blend) * judge + blend * deterministic.
+    mixes it into every judged score: (1 - blend) * judge + blend * deterministic. ``variant`` and
+    ``examples`` guide the call that gives the verdict (``composer.judges.guidance``).
     """
 
     name: str
@@ -61,6 +68,8 @@ class LLMJudge(ABC):
     except that it scores 0 on an answer-quality metric of an answerable question (``unscorable``)."""
     needs_reference: ClassVar[bool] = False
     """Compares the answer with a reference answer: without one the sample is left unscored."""
+    variant: PromptVariant = "default"
+    examples: tuple[JudgeExample, ...] = ()
 
     def __init__(
         self, client: LLMClient, *, fallback: AnswerScorer | None = None, blend: float = 0.0
@@ -110,10 +119,12 @@ class LLMJudge(ABC):
     async def _ask(
         self, template: Localized, lang: PromptLanguage, parse: Callable[[str], T], **fields: str
     ) -> T:
-        """One call whose reply ``parse`` must accept (unusable replies are retried by the client)."""
-        result = await self.client.acomplete(
-            template[lang].messages(**fields), validate=parse, temperature=0.0
-        )
+        """One call whose reply ``parse`` must accept (unusable replies are retried by the client); every
+        call but the statement split is guided by the judge's variant and examples."""
+        messages = template[lang].messages(**fields)
+        if template is not STATEMENTS:
+            messages = guide(messages, self.name, lang, self.variant, self.examples)
+        result = await self.client.acomplete(messages, validate=parse, temperature=0.0)
         if not result.ok or result.text is None:
             raise JudgeError(result.error_kind or "other", result.error or "no reply")
         return parse(result.text)
@@ -124,10 +135,9 @@ class LLMJudge(ABC):
         Sentences come from ``split_sentences``, which keeps Arabic and Persian sentences ending in ؟ or
         with no final stop (Ragas keeps only those ending in ".", silently dropping them).
         """
-        sentences = split_sentences(text)
-        if len(sentences) <= 1 and len(text.split()) <= ATOMIC_WORDS:
+        if is_atomic(text):
             return [" ".join(text.split())] if text.strip() else []
-        flat = [" ".join(s.split()) for s in sentences]
+        flat = [" ".join(s.split()) for s in split_sentences(text)]
         listed = numbered(flat, brackets=False)
         return await self._ask(STATEMENTS, lang, parse_statements, question=question, sentences=listed)
 

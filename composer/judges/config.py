@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from composer.embedding.config import EmbeddingConfig
+from composer.errors import ConfigError, config_error
 from composer.judges.panel import JudgeSettings
 from composer.llm.config import LLMConfig, TokenPrice, check_env_name, judge_config
+from composer.yamlfile import read_yaml
 
 _LLM_FIELDS = ("api_base", "api_key_env", "timeout", "max_concurrency", "max_retries", "price")
+
+MIN_KAPPA = 0.4
+"""Below this kappa a judge's verdicts are read with a warning: the conventional edge of "moderate"
+agreement (Landis & Koch 1977); under it the judge disagrees with people too often to rank trials by."""
 
 
 class JudgeConfig(JudgeSettings):
@@ -32,6 +39,13 @@ class JudgeConfig(JudgeSettings):
     max_retries: int | None = Field(default=None, ge=0)
     price: TokenPrice | None = None
     embedding: EmbeddingConfig | None = EmbeddingConfig()
+    min_kappa: float = Field(
+        default=MIN_KAPPA,
+        ge=-1.0,
+        le=1.0,
+        description="a study warns before its first trial when the judge's checked agreement with human "
+        "labels is below this Cohen's kappa (or was never checked)",
+    )
 
     @field_validator("api_key_env")
     @classmethod
@@ -66,3 +80,17 @@ class JudgeConfig(JudgeSettings):
         return "answer_relevancy" in self.metrics or (
             "answer_correctness" in self.metrics and self.correctness_weights.similarity > 0
         )
+
+
+def load_judge_file(path: str | Path) -> JudgeConfig:
+    """The judge block of a YAML file (``composer judges tune --out``): its ``judge:`` mapping, or the
+    whole file when it is the block itself; what an experiment's ``judge: FILE`` reads. A bad block is a
+    ConfigError naming this file and the key."""
+    data = read_yaml(path, what="judge file")
+    block = data.get("judge", data) if isinstance(data, dict) else None
+    if not isinstance(block, dict):
+        raise ConfigError("expected a judge block (model, metrics, prompt, examples...)", path=path)
+    try:
+        return JudgeConfig.model_validate(block)
+    except ValidationError as exc:
+        raise config_error(exc, path, under="judge" if "judge" in data else None) from None

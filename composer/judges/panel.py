@@ -22,6 +22,7 @@ from composer.judges.base import EmbedFn, LLMJudge, Verdict
 from composer.judges.context import ContextPrecisionJudge, ContextRecallJudge
 from composer.judges.correctness import AnswerCorrectnessJudge, CorrectnessWeights
 from composer.judges.faithfulness import FaithfulnessJudge
+from composer.judges.guidance import JudgeExample, PromptVariant
 from composer.judges.rating import RatingJudge
 from composer.judges.relevancy import AnswerRelevancyJudge
 from composer.llm.client import LLMClient
@@ -61,6 +62,10 @@ class JudgeSettings(BaseModel):
     fallback: bool = Field(default=True, description="use the deterministic scorer when the judge fails")
     max_failure_share: float = Field(default=0.1, ge=0.0, le=1.0)
     relevancy_questions: int = Field(default=3, ge=1)
+    prompt: PromptVariant = Field(default="default", description="how strict the judge is told to be")
+    examples: tuple[JudgeExample, ...] = Field(
+        default=(), description="few-shot human verdicts, shown for questions in their language"
+    )
 
     @field_validator("metrics")
     @classmethod
@@ -69,6 +74,14 @@ class JudgeSettings(BaseModel):
         if unknown:
             raise ValueError(f"unknown judge metric(s) {unknown}; expected some of {list(JUDGE_METRICS)}")
         return tuple(dict.fromkeys(value))
+
+    @field_validator("examples")
+    @classmethod
+    def _judged(cls, value: tuple[JudgeExample, ...]) -> tuple[JudgeExample, ...]:
+        unknown = sorted({e.metric for e in value} - set(JUDGE_METRICS))
+        if unknown:
+            raise ValueError(f"examples of unknown judge metric(s) {unknown}")
+        return value
 
 
 @dataclass
@@ -168,6 +181,8 @@ def make_judges(
             judges[metric] = ContextPrecisionJudge(client)
         elif metric == "context_recall":
             judges[metric] = ContextRecallJudge(client)
+    for judge in judges.values():  # one guidance for every judge of the panel
+        judge.variant, judge.examples = settings.prompt, settings.examples
     return judges
 
 

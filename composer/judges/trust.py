@@ -12,23 +12,21 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from composer.files import write_atomic
-from composer.judges.config import JudgeConfig
+from composer.judges.config import MIN_KAPPA, JudgeConfig
 from composer.judges.panel import JudgeSettings
 from composer.judges.prompts import METRIC_PROMPTS
 from composer.llm.config import LLMConfig
 from composer.locks import FileLock
+from composer.redact import scrub_url
+from composer.tracking.summary import JudgeAgreement
 
 logger = logging.getLogger(__name__)
 
-MIN_KAPPA = 0.4
-"""Below this kappa a judge's verdicts are read with a warning: the conventional edge of "moderate"
-agreement (Landis & Koch 1977); under it the judge disagrees with people too often to rank trials by."""
 CHECKS_FILE = Path("cache") / "llm" / "judge_checks.json"
 """Under the workdir, beside the LLM reply cache."""
 
@@ -86,12 +84,40 @@ def latest_check(
     wanted = [m for m in (metrics or judge.metrics) if m in METRIC_PROMPTS]
     if config is None:
         return dict.fromkeys(wanted)
+    return checks_of(config, judge.settings, workdir, wanted)
+
+
+def checks_of(
+    config: LLMConfig, settings: JudgeSettings, workdir: str | Path, metrics: Sequence[str]
+) -> dict[str, dict[str, Any] | None]:
+    """``latest_check`` for a judge already resolved to its LLM settings and judge settings."""
     record = _read(checks_path(workdir))
     found: dict[str, dict[str, Any] | None] = {}
-    for metric in wanted:
-        entry = record.get(judge_key(config, judge.settings, metric))
+    for metric in metrics:
+        entry = record.get(judge_key(config, settings, metric))
         found[metric] = entry if isinstance(entry, dict) else None
     return found
+
+
+def judge_agreement(
+    config: LLMConfig,
+    settings: JudgeSettings,
+    workdir: str | Path,
+    *,
+    metrics: Sequence[str] = (),
+    min_kappa: float = MIN_KAPPA,
+) -> JudgeAgreement:
+    """The judge's latest agreement per judged metric, with the command that checks it."""
+    wanted = [m for m in (metrics or settings.metrics) if m in METRIC_PROMPTS]
+    command = f"composer judges check LABELS --judge {config.model}"
+    if config.api_base:
+        command += f" --llm-base {scrub_url(config.api_base)}"
+    if config.api_key_env:
+        command += f" --llm-key-env {config.api_key_env}"
+    command += f" --metrics {','.join(wanted)}"
+    if settings.prompt != "default" or settings.examples:
+        command = "composer judges tune LABELS --space judges.yaml (the judge has a tuned prompt or examples)"
+    return JudgeAgreement(config.model, min_kappa, command, checks_of(config, settings, workdir, wanted))
 
 
 def agreement_warning(
@@ -100,34 +126,13 @@ def agreement_warning(
     workdir: str | Path,
     *,
     metrics: Sequence[str] = (),
-    min_kappa: float = MIN_KAPPA,
+    min_kappa: float | None = None,
 ) -> str | None:
     """A warning when a judged metric's judge was never checked against human labels, or agreed with them
-    below ``min_kappa``; None when every one was checked and agreed. It names the command to run."""
-    found = latest_check(judge, llm, workdir, metrics=metrics)
-    unchecked = [m for m, entry in found.items() if entry is None]
-    weak = [
-        f"{m} (kappa {entry['kappa']:.2f} on {entry['n']} labels)"
-        for m, entry in found.items()
-        if entry is not None and not _agrees(entry.get("kappa"), min_kappa)
-    ]
-    if not unchecked and not weak:
-        return None
-    model = judge.llm_config(llm)
-    parts = []
-    if unchecked:
-        parts.append(f"the judge was never checked against human labels for {', '.join(unchecked)}")
-    if weak:
-        parts.append(
-            f"the judge agrees poorly with human labels (kappa below {min_kappa:g}) for {', '.join(weak)}"
-        )
-    name = model.model if model is not None else "MODEL"
-    return (
-        "; ".join(parts)
-        + ": its scores may not be what people would say. Check it: "
-        + f"`composer judges check LABELS --judge {name}`"
-    )
-
-
-def _agrees(kappa: object, min_kappa: float) -> bool:
-    return isinstance(kappa, int | float) and math.isfinite(kappa) and kappa >= min_kappa
+    below ``min_kappa`` (default: the judge's own ``min_kappa``); None when every one was checked and
+    agreed. It names the command to run."""
+    config = judge.llm_config(llm)
+    floor = judge.min_kappa if min_kappa is None else min_kappa
+    if config is None:
+        return f"the judge has no model, so it was never checked against human labels (kappa {floor:g})"
+    return judge_agreement(config, judge.settings, workdir, metrics=metrics, min_kappa=floor).warning()

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from composer.errors import ComposerError
 from composer.llm.config import LLMConfig
 from composer.llm.sdk import load_litellm
+from composer.llm.spend import purpose
 from composer.redact import scrub_url
 
 PING = [{"role": "user", "content": "Reply with the single word: ok"}]
@@ -21,35 +22,40 @@ PING_RETRIES = 1
 
 
 def check_reachable(configs: Iterable[LLMConfig], *, before: str = "the study started") -> int:
-    """Send one request to each distinct (model, endpoint, key variable); the number sent. A failure is a
-    ComposerError naming the model, the endpoint (credentials masked) and the provider's reason; a key
-    missing from the environment is named before any request."""
+    """Send one request to each distinct (model, endpoint, key variable); the number sent (counted for the
+    purpose "preflight"). A failure is a ComposerError naming the model, the endpoint (credentials masked)
+    and the provider's reason; a key missing from the environment is named before any request."""
+    seen: set[tuple[str, str | None, str | None]] = set()
+    with purpose("preflight"):
+        for config in configs:
+            endpoint = (config.model, config.api_base, config.api_key_env)
+            if endpoint not in seen:
+                seen.add(endpoint)
+                _ping(config, before)
+    return len(seen)
+
+
+def _ping(config: LLMConfig, before: str) -> None:
+    """One test request to ``config``'s endpoint; a ComposerError when it cannot be reached."""
     from composer.llm.client import LLMClient
     from composer.llm.sync import run_sync
 
-    seen: set[tuple[str, str | None, str | None]] = set()
-    for config in configs:
-        endpoint = (config.model, config.api_base, config.api_key_env)
-        if endpoint in seen:
-            continue
-        seen.add(endpoint)
-        variable = missing_key(config)
-        if variable is not None:
-            raise ComposerError(
-                f"missing API key for the LLM {config.model}: set {variable} (or name the variable that "
-                "holds the key with api_key_env / --llm-key-env)"
-            )
-        retries = min(config.max_retries, PING_RETRIES)
-        probe = config.model_copy(update={"cache": False, "max_retries": retries})
-        result = run_sync(LLMClient(probe).acomplete(PING, max_tokens=8, temperature=0.0))
-        if result.error_kind in UNREACHABLE:
-            where = f" at {scrub_url(config.api_base)}" if config.api_base else ""
-            raise ComposerError(
-                f"the LLM {config.model}{where} did not answer a test request before {before} "
-                f"({result.error_kind}: {scrub_url(result.error or '')}); check llm.api_base, "
-                "the key variable and the model name"
-            )
-    return len(seen)
+    variable = missing_key(config)
+    if variable is not None:
+        raise ComposerError(
+            f"missing API key for the LLM {config.model}: set {variable} (or name the variable that "
+            "holds the key with api_key_env / --llm-key-env)"
+        )
+    retries = min(config.max_retries, PING_RETRIES)
+    probe = config.model_copy(update={"cache": False, "max_retries": retries})
+    result = run_sync(LLMClient(probe).acomplete(PING, max_tokens=8, temperature=0.0))
+    if result.error_kind in UNREACHABLE:
+        where = f" at {scrub_url(config.api_base)}" if config.api_base else ""
+        raise ComposerError(
+            f"the LLM {config.model}{where} did not answer a test request before {before} "
+            f"({result.error_kind}: {scrub_url(result.error or '')}); check llm.api_base, "
+            "the key variable and the model name"
+        )
 
 
 def missing_key(config: LLMConfig) -> str | None:

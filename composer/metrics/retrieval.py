@@ -4,7 +4,7 @@ A batch is a boolean relevance matrix ``relevant`` (one row per question, one co
 at that rank relevant) and ``n_relevant``, the size of each question's relevant set; every metric returns
 one value per question. One row is one question, so a study's 1,395 questions are scored in a few array
 operations rather than 28,000 function calls. Conventions follow trec_eval and ranx exactly
-(parity-tested in tests/metrics/test_parity.py): binary relevance, precision divides by k even when fewer items
+(parity-tested: tests/metrics/test_parity.py): binary relevance, precision divides by k even when fewer items
 were returned, DCG discounts rank r by 1/log2(r + 1), and the ideal DCG ranks min(k, |relevant|) relevant
 items first. An empty relevant set scores 0.0 everywhere, as in ranx.
 """

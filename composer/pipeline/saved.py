@@ -138,7 +138,8 @@ def missing_index(root: Path, settings: Mapping[str, Any]) -> ComposerError:
         what += f", embedding {json.dumps(settings['embedding'], sort_keys=True)}"
     return ComposerError(
         f"no index for this config is saved under {root} ({what}): index a corpus first: "
-        "pipeline.index(corpus), composer.load_pipeline(config, corpus) or `composer index`"
+        "pipeline.index(corpus), composer.load_pipeline(config, corpus), `composer index`, or give the "
+        "command --corpus CORPUS"
     )
 
 

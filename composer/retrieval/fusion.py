@@ -14,7 +14,7 @@ missing from a list gets nothing from it, and the fused score is the (weighted) 
   or equal scores) normalizes to 0.5 (zscore: 0), Qdrant's convention; AutoRAG's 0/0 gives 0 there.
 
 Qdrant breaks equal fused scores arbitrarily; here they go by item id descending (trec_eval's order), so
-a fusion is deterministic, and equal to Qdrant's up to that order (tests/retrieval/test_fusion.py checks both).
+a fusion is deterministic, and equal to Qdrant's up to that order (tests/retrieval/test_fusion.py: both).
 """
 
 from __future__ import annotations

@@ -177,6 +177,7 @@ class Runner(Protocol):
 
     trial_id: int | None
     fatal: ComposerError | None
+    reports: dict[int, TrialReport]
 
     def __call__(self, trial: optuna.Trial) -> float | tuple[float, ...]: ...
 
@@ -218,8 +219,28 @@ def optimize(
                     tracker.lost([(lost, STALE)])
                 logger.warning("trial #%d was failed by another process that took this one for dead; its "
                                "configuration runs again", lost.number)
+    except KeyboardInterrupt:
+        if tracker is not None:
+            _write_interrupted(study, runner, tracker)
+        raise
     finally:
         Heartbeat.stop_left()
+
+
+INTERRUPTED = "interrupted by Ctrl-C: it takes none of n_trials; the study runs what is missing when resumed"
+
+
+def _write_interrupted(study: optuna.Study, runner: Runner, tracker: StudyTracker) -> None:
+    """The trial a Ctrl-C cut off is told by Optuna (FAIL, mid-trial) or was told as the signal landed in
+    the callback, before its run was queued: it gets its run all the same, so every finished trial has one."""
+    trial = None if runner.trial_id is None else _optuna.get_trial(study, runner.trial_id)
+    if trial is None or not trial.state.is_finished():
+        return
+    report = runner.reports.pop(trial.number, None)
+    if report is not None:
+        tracker.submit(trial, report)
+    elif failure_of(trial) == "lost":
+        tracker.lost([(trial, INTERRUPTED)])
 
 
 def record_lost_trials(study: optuna.Study, tracker: StudyTracker, *, untagged_after_s: float) -> None:

@@ -4,7 +4,7 @@ Optuna's public API has no way to tag a trial from a sampler's ``before_trial`` 
 running trial's system attributes, read every trial without a copy, fail another process's trial, reach
 the storage's heartbeat-stale-trial callback, or choose the thread that records a running trial's
 heartbeat: its own callbacks and samplers go through the storage for these, and so does Composer, here and
-nowhere else. ``tests/study/test_optuna_adapter.py`` checks each against the installed Optuna, so an upgrade that
+nowhere else. tests/study/test_optuna_adapter.py checks each against the installed Optuna, so an upgrade that
 moves one fails there, by name, not deep in a study.
 """
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import time
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from composer.llm.spend import Spend
 from composer.record import TrialRecord
 from composer.redact import scrub_url
 from composer.study.leaderboard import ranked_trials
@@ -15,6 +18,7 @@ from composer.tracking.summary import (
     Difference,
     HeldOut,
     IndexCounts,
+    JudgeAgreement,
     ObjectiveSummary,
     Separation,
     StudySummary,
@@ -30,6 +34,15 @@ if TYPE_CHECKING:
     from composer.study.runner import StudyData
 
 logger = logging.getLogger(__name__)
+
+ESTIMATE_ATTR = "llm_estimate"
+"""The study's user attribute holding its LLM estimate made before its first trial (``Estimate.headline``)."""
+SPEND_ATTR = "llm_spend."
+"""Prefix of the study's user attributes holding one run's LLM requests besides its trials', by purpose."""
+SELECTION_ATTR = "selection"
+"""The study's user attribute holding its selection set's separation (``Separation.to_dict``)."""
+JUDGE_ATTR = "judge_agreement"
+"""The study's user attribute holding its judge's agreement (``JudgeAgreement.to_dict``)."""
 
 
 def held_out(
@@ -83,6 +96,39 @@ def held_out(
     )
 
 
+def held_out_once(
+    study: optuna.Study, questions: QuestionSet, data: StudyData, console: Console
+) -> HeldOut | None:
+    """``stored_held_out``, else ``held_out``'s re-score: a rerun of a finished study sends no request
+    and repeats its verdict."""
+    return stored_held_out(study, len(questions)) or held_out(study, questions, data, console)
+
+
+def stored_held_out(study: optuna.Study, n_questions: int) -> HeldOut | None:
+    """The held-out re-score stored on the study, when it re-scored today's winner and runner-up on as
+    many questions; a stored re-score that failed is none (it is tried again)."""
+    stored = HeldOut.from_dict(study.user_attrs.get("held_out"))
+    if stored is None or stored.error is not None or stored.n_questions != n_questions:
+        return None
+    scored = [c.trial for c in (stored.winner, stored.runner_up) if c is not None]
+    return stored if scored == [t.number for t in ranked_trials(study)[:2]] else None
+
+
+def selection_once(study: optuna.Study, data: StudyData) -> Separation | None:
+    """``selection_separation``, stored on the study and read back while its winner and runner-up and the
+    selection set are the same."""
+    stored = Separation.from_dict(study.user_attrs.get(SELECTION_ATTR))
+    top = [t.number for t in ranked_trials(study)[:2]]
+    if stored is not None and [stored.winner, stored.runner_up] == top and stored.n_questions == len(
+        data.questions
+    ):
+        return stored
+    separation = selection_separation(study, data)
+    if separation is not None:
+        study.set_user_attr(SELECTION_ATTR, separation.to_dict())
+    return separation
+
+
 def selection_separation(study: optuna.Study, data: StudyData) -> Separation | None:
     """Whether the selection questions separate the winner from the runner-up: the CI of the paired
     difference of their composites, re-scored on the selection set (from the caches) as ``held_out`` does
@@ -129,6 +175,27 @@ def llm_totals(trials: list[optuna.trial.FrozenTrial]) -> dict[str, float]:
     return {name: round(total, 8) for name, total in totals.items()}  # no float noise in a cost
 
 
+def record_spend(study: optuna.Study, spend: Spend) -> None:
+    """Store what this run sent besides its trials (preflight, re-scores...) on the study, under a key of
+    its own: workers never overwrite each other's, and every later summary counts every run's. ``spend``
+    is emptied: recorded again, it adds only what was sent since."""
+    if spend.by_purpose:
+        study.set_user_attr(f"{SPEND_ATTR}{time.time_ns()}.{os.getpid()}", dict(spend.by_purpose))
+        spend.by_purpose.clear()
+
+
+def study_spend(study: optuna.Study, trials: list[optuna.trial.FrozenTrial]) -> Spend:
+    """Every LLM request the study sent, by purpose, in all its runs and workers: the trials' (from their
+    records) and the rest (``record_spend``)."""
+    spent = Spend()
+    for key, stored in study.user_attrs.items():
+        if key.startswith(SPEND_ATTR) and isinstance(stored, dict):
+            for purpose, usage in stored.items():
+                spent.add(purpose, usage)
+    spent.add("trial", llm_totals(trials))
+    return spent
+
+
 def summary(
     study: optuna.Study,
     exp: ExperimentConfig,
@@ -137,11 +204,13 @@ def summary(
     held: HeldOut | None,
     selection: Separation | None,
     seconds: float,
+    agreement: JudgeAgreement | None = None,
 ) -> StudySummary:
     """The study summary, for the parent run and the CLI."""
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)  # one read of the storage for the counts and errors
+    spent = study_spend(study, trials)
     counts = {
         state: sum(t.state == state for t in trials)
         for state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -174,14 +243,42 @@ def summary(
             secondary=list(exp.objective.secondary),
         ),
         encode=encode_summary(trials),
-        llm_usage=llm_totals(trials) or None,
+        llm_usage=spent.totals() or None,
+        llm_by_purpose=spent.ordered() or None,
+        llm_estimate=study.user_attrs.get(ESTIMATE_ATTR),
         errors=errors[:10],
         held_out=held,
         data=provenance,
         seconds=seconds,
         pareto_front=sorted(t.number for t in study.best_trials) if exp.multi_objective else None,
         selection=selection,
+        judge_agreement=agreement,
     )
+
+
+def judge_agreement(
+    study: optuna.Study, exp: ExperimentConfig, data: StudyData, console: Console
+) -> JudgeAgreement | None:
+    """The judge's checked agreement with human labels, before the first trial: stored on the study (the
+    export and the report read it), and warned about when a judged metric is unchecked or below the
+    judge's ``min_kappa``. The metrics are those the objective weighs (what steers the study), else every
+    judged one. None for a study without a judge."""
+    from composer.judges.config import MIN_KAPPA
+    from composer.judges.trust import judge_agreement as agreement_of
+
+    judging = data.judging
+    if judging is None:
+        return None
+    judged = judging.settings.metrics
+    steering = [m for m in judged if data.objective.weights.get(m, 0.0) > 0]
+    floor = exp.judge.min_kappa if exp.judge is not None else MIN_KAPPA
+    agreement = agreement_of(judging.client.config, judging.settings, exp.work_dir,
+                             metrics=steering or judged, min_kappa=floor)
+    study.set_user_attr(JUDGE_ATTR, agreement.to_dict())
+    warning = agreement.warning()
+    if warning is not None:
+        console.print(f"warning: {warning}", style="yellow", markup=False, highlight=False)
+    return agreement
 
 
 def plots(study: optuna.Study, exp: ExperimentConfig) -> dict[str, bytes]:

@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from composer.errors import ConfigError, config_error
-from composer.judges.config import JudgeConfig
+from composer.judges.config import JudgeConfig, load_judge_file
 from composer.llm.config import LLMConfig
 from composer.metrics.retrieval import RETRIEVAL_METRICS
 from composer.synth.config import SynthConfig
@@ -35,7 +35,11 @@ DEFAULT_WORKDIR = Path(".composer")
 SECONDARY_DIRECTIONS: dict[str, Literal["minimize", "maximize"]] = {
     "latency_ms": "minimize",
     "context_tokens": "minimize",
+    "llm_cost_usd": "minimize",
 }
+SECONDARY_METRICS: dict[str, str] = {"llm_cost_usd": "llm_cost_per_question_usd"}
+"""A secondary objective's metric key where it differs from its name: ``llm_cost_usd`` is read per question
+(a trial's total grows with the questions it ran, which a pruned trial ran fewer of)."""
 
 ANSWER_METRICS: tuple[str, ...] = ("token_f1", "exact_match", "faithfulness_overlap", "answer_refusal_rate",
                                    "refusal_accuracy")
@@ -69,8 +73,10 @@ class ObjectiveConfig(_Strict):
         description="Metric -> weight. Retrieval metrics are read at the fixed cutoff `k`.",
     )
     k: int = Field(default=10, ge=1, description="Fixed cutoff for retrieval metrics (never the trial's k).")
-    secondary: list[Literal["latency_ms", "context_tokens"]] = Field(
-        default_factory=list, description="Extra objectives to minimize; more than one objective -> NSGA-II."
+    secondary: list[Literal["latency_ms", "context_tokens", "llm_cost_usd"]] = Field(
+        default_factory=list,
+        description="Extra objectives to minimize (llm_cost_usd: dollars per question); more than one "
+        "objective -> NSGA-II."
     )
 
     @field_validator("metrics")
@@ -140,6 +146,16 @@ class StopConfig(_Strict):
         description="Stop when more than this share of the trials failed, from the 10th trial on "
         "(null: never).",
     )
+    max_cost_usd: float | None = Field(
+        default=None, gt=0,
+        description="LLM budget in dollars for the study's trials, summed over every worker through the "
+        "storage and checked after each batch of questions (null: none).",
+    )
+    max_llm_calls: int | None = Field(
+        default=None, ge=1,
+        description="LLM requests (what reached the endpoint; cached replies are free) for the study's "
+        "trials, checked like max_cost_usd (null: none).",
+    )
 
 
 class MlflowConfig(_Strict):
@@ -205,7 +221,8 @@ class ExperimentConfig(_Strict):
     judge: JudgeConfig | None = Field(
         default=None,
         description="The judge (model defaults to llm.model, temperature 0), its metrics, correctness "
-        "weights, blend/fallback and max_failure_share.",
+        "weights, blend/fallback, max_failure_share, prompt variant, examples and min_kappa; or a judge "
+        "file as `composer judges tune --out` writes one.",
     )
     synth: SynthConfig | None = Field(
         default=None,
@@ -306,6 +323,8 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
     for key in ("corpus", "questions", "search_space", "workdir"):
         if isinstance(data.get(key), str):
             data[key] = (base / data[key]).resolve()
+    if isinstance(data.get("judge"), str):  # a judge file, as `composer judges tune --out` writes one
+        data["judge"] = load_judge_file(base / data["judge"])
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as exc:

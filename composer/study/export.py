@@ -15,7 +15,10 @@ from composer.errors import InputError
 from composer.files import write_atomic
 from composer.record import TrialRecord
 from composer.redact import scrub, scrub_url
+from composer.study._report import JUDGE_ATTR
 from composer.study.leaderboard import STUDY_ATTR, ranked_trials
+from composer.tracking.summary import JudgeAgreement
+from composer.version import composer_version
 from composer.yamlfile import dump_yaml
 
 if TYPE_CHECKING:
@@ -45,8 +48,6 @@ def best_trial(study: optuna.Study, number: int | None = None) -> optuna.trial.F
 
 def export_document(study: optuna.Study, trial: optuna.trial.FrozenTrial, storage: str) -> dict[str, Any]:
     """The exported record: ``pipeline`` (the config), ``scores``, ``objective`` and ``provenance``."""
-    from composer.study.study import composer_version
-
     info = study.user_attrs.get(STUDY_ATTR, {})
     record = TrialRecord.of(trial)
     assert record is not None
@@ -73,6 +74,9 @@ def export_document(study: optuna.Study, trial: optuna.trial.FrozenTrial, storag
     held_out = study.user_attrs.get("held_out")
     if held_out:
         doc["held_out"] = held_out
+    judge = study.user_attrs.get(JUDGE_ATTR)
+    if judge:
+        doc["judge_agreement"] = judge
     return scrub(doc)
 
 
@@ -90,6 +94,13 @@ def render_yaml(doc: dict[str, Any]) -> str:
     header = (f"# Best pipeline of Composer study '{prov['study']}' (trial #{prov['trial']}).\n"
               "# Reproduce its scores: composer eval QUESTIONS --corpus CORPUS --config <this file> "
               "--split selection\n")
+    agreement = JudgeAgreement.from_dict(doc.get("judge_agreement"))
+    if agreement is not None:
+        header += f"# Judge {agreement.judge}, agreement with human labels:\n"
+        header += "".join(f"#   {line}\n" for line in agreement.lines())
+        warning = agreement.warning()
+        if warning is not None:
+            header += f"# Warning: {warning}\n"
     return header + dump_yaml(doc)
 
 

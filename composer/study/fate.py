@@ -13,10 +13,13 @@ if TYPE_CHECKING:
 GRID_ID = "composer.grid_id"
 """Trial system attribute: the index of the trial's configuration in the study's grid."""
 
-Fate = Literal["complete", "pruned", "repeat", "running", "waiting", "error", "invalid", "surplus", "lost"]
+Fate = Literal[
+    "complete", "pruned", "repeat", "running", "waiting", "error", "invalid", "surplus", "budget", "lost"
+]
 """What became of a trial: ``complete`` and ``pruned`` hold one of ``n_trials`` (a distinct configuration
 that ran); ``repeat`` answered from an earlier trial (holds none); ``running`` holds one until it ends,
 ``waiting`` (queued, or a retry) none yet; ``error`` (its pipeline raised) counts toward the stop rules;
+``budget`` (stopped when the study's LLM budget ran out) holds none and is never counted complete;
 ``invalid`` (sampled values that make no configuration) spends the repeat allowance only; ``surplus``
 (started after other workers took the last slot) and ``lost`` (its process died; run again) say nothing
 about the pipeline."""
@@ -41,4 +44,4 @@ def failure_of(trial: optuna.trial.FrozenTrial) -> FailureKind | Literal["lost"]
     """Why a failed trial failed (see ``TrialRecord.failure``), "lost" when its process died; None for
     a trial that did not fail."""
     fate = fate_of(trial)
-    return fate if fate in ("error", "invalid", "surplus", "lost") else None
+    return fate if fate in ("error", "invalid", "surplus", "budget", "lost") else None

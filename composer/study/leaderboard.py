@@ -22,7 +22,8 @@ PIPED_WIDTH = 200
 
 
 def headline_metrics(k: int) -> list[str]:
-    return [f"recall@{k}", f"ndcg@{k}", "token_f1", "faithfulness_overlap", "latency_ms", "context_tokens"]
+    return [f"recall@{k}", f"ndcg@{k}", "token_f1", "faithfulness_overlap", "latency_ms", "context_tokens",
+            "llm_cost_usd"]
 
 
 def leaderboard(study: optuna.Study) -> pd.DataFrame:
@@ -172,7 +173,7 @@ def render_leaderboard(frame: pd.DataFrame, *, title: str = "", limit: int | Non
 
 
 _HEADERS = {"composite": "objective", "token_f1": "F1", "faithfulness_overlap": "faithful",
-            "latency_ms": "ms/q", "context_tokens": "tokens"}
+            "latency_ms": "ms/q", "context_tokens": "context tokens", "llm_cost_usd": "LLM $"}
 _STATES = {"COMPLETE": "done", "PRUNED": "pruned", "FAIL": "failed"}
 
 
@@ -189,6 +190,8 @@ def _cell(value: Any, column: str) -> str:
         return _STATES.get(str(value), str(value))
     if column in ("latency_ms", "context_tokens"):
         return f"{value:.1f}" if column == "latency_ms" else f"{value:.0f}"
+    if column == "llm_cost_usd":
+        return f"{value:.4f}"
     if isinstance(value, float):
         return f"{value:.3f}"
     return str(value)

@@ -80,7 +80,7 @@ class StudyProgress:
         seconds = trial.duration.total_seconds() if trial.duration else 0.0
         self.console.print(
             f"#{trial.number:<3} {trial.state.name:<8} {value:<8} {seconds:6.1f}s  "
-            f"{escape(describe_params(trial.params))}{note}",
+            f"{escape(describe_params(trial.params))}{note}{_cost(record, trials)}",
             highlight=False,
         )
 
@@ -113,6 +113,16 @@ class StudyProgress:
                 f"{name} {done}/{total}" for name, (done, total) in self.running.items()
             )
         return line
+
+
+def _cost(record: TrialRecord | None, trials: Sequence[optuna.trial.FrozenTrial]) -> str:
+    """The trial's LLM dollars and the study's so far (all workers'), for a trial that called an LLM."""
+    from composer.study.budget import spent
+
+    if record is None or not record.llm_usage:
+        return ""
+    total, _ = spent(trials)
+    return f" [dim]· LLM ${record.llm_usage.get('llm_cost_usd', 0.0):.4f} (study ${total:.4f})[/dim]"
 
 
 def _clock(seconds: float) -> str:

@@ -18,7 +18,7 @@ import numpy.typing as npt
 from composer.data.types import Question
 from composer.errors import ConfigError
 from composer.metrics.retrieval import RETRIEVAL_METRICS, metric_key
-from composer.study.experiment import SECONDARY_DIRECTIONS, ObjectiveConfig
+from composer.study.experiment import SECONDARY_DIRECTIONS, SECONDARY_METRICS, ObjectiveConfig
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +139,8 @@ class Objective:
 
     def values(self, metrics: Mapping[str, float | None]) -> tuple[float, ...]:
         """The study's objective values: the composite, then each secondary metric."""
-        return (self.composite(metrics), *(_finite(metrics.get(s)) for s in self.secondary))
+        return (self.composite(metrics),
+                *(_finite(metrics.get(SECONDARY_METRICS.get(s, s))) for s in self.secondary))
 
 
 def _finite(value: float | None) -> float:

@@ -43,10 +43,10 @@ from composer.pipeline.config import PipelineConfig
 from composer.protocols import SystemFactory
 from composer.record import FailureKind, TrialRecord
 from composer.redact import scrub_url
-from composer.study import _optuna
+from composer.study import _optuna, budget
 from composer.study._optimize import target_reached
 from composer.study._workers import twin_retry
-from composer.study.experiment import ObjectiveConfig
+from composer.study.experiment import ObjectiveConfig, StopConfig
 from composer.study.objective import Objective, available_metrics, needs_answers
 from composer.study.space import SearchSpace
 from composer.tracking.trial import TrialReport
@@ -251,9 +251,16 @@ class TrialRunner:
     Optuna has told its end (``pop_report``). ``on_stage`` shows a running trial's progress."""
 
     def __init__(
-        self, data: StudyData, *, target: int | None = None, on_stage: StageHook | None = None
+        self,
+        data: StudyData,
+        *,
+        target: int | None = None,
+        on_stage: StageHook | None = None,
+        stop: StopConfig | None = None,
     ) -> None:
         self.data = data
+        self.budget = stop if stop is not None and budget.limited(stop) else None
+        """The study's LLM budget, checked before each trial and after each batch (None: no limit)."""
         self.target = target
         self.on_stage = on_stage
         self.reports: dict[int, TrialReport] = {}
@@ -290,6 +297,9 @@ class TrialRunner:
         twin = twin_retry(trial.study, trial.number, _optuna.system_attrs(trial))
         if twin is not None:
             raise SurplusTrial(f"surplus: trial #{twin} already runs this retry")
+        if self.budget is not None and (reason := budget.reason(self.budget, trial.study)) is not None:
+            trial.study.stop()
+            raise budget.BudgetSpent(f"{reason}: not started")
 
     def _failed(self, trial: optuna.Trial, exc: Exception, usage: Usage) -> None:
         """Record why the trial failed, and stop the study on an error no trial can get past."""
@@ -298,7 +308,8 @@ class TrialRunner:
             self.fatal = fatal
             trial.study.stop()
         failure: FailureKind = (
-            "surplus" if isinstance(exc, SurplusTrial) else "invalid" if isinstance(exc, InvalidConfiguration)
+            "surplus" if isinstance(exc, SurplusTrial) else "budget" if isinstance(exc, budget.BudgetSpent)
+            else "invalid" if isinstance(exc, InvalidConfiguration)
             else "error"
         )
         error = str(exc) if failure != "error" else scrub_url(f"{type(exc).__name__}: {exc}")[:4000]
@@ -331,7 +342,7 @@ class TrialRunner:
                 pipeline,
                 self.data.questions,
                 on_stage=self.on_stage,
-                on_batch=lambda step, report: self._step(trial, step, report, steps, last),
+                on_batch=lambda step, report: self._step(trial, step, report, steps, last, usage),
             )
         except optuna.TrialPruned:
             metrics = {"composite_at_prune": steps[-1], "pruned_at_questions": float(len(last[-1]))}
@@ -356,9 +367,12 @@ class TrialRunner:
         report: EvaluationReport,
         steps: list[float],
         last: list[EvaluationReport],
+        usage: Usage,
     ) -> None:
         import optuna
 
+        if self.budget is not None:
+            budget.check(self.budget, trial, usage)
         objective = self.data.objective
         value = objective.composite(report.means())
         steps.append(value)

@@ -11,7 +11,6 @@ the conditional grid, pruners), ``_optimize`` (slots, repeats, surplus and lost 
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import logging
 import time
@@ -23,25 +22,29 @@ from typing import TYPE_CHECKING, Any
 from composer.data.types import Corpus, QuestionSet
 from composer.errors import ConfigError, option
 from composer.llm.preflight import check_reachable
+from composer.llm.spend import Spend
 from composer.protocols import SystemFactory
 from composer.record import SCHEMA, TrialRecord
 from composer.redact import scrub_url
-from composer.study import _optimize, _report
+from composer.study import _optimize, _report, budget
 from composer.study._storage import load_study, open_study
 from composer.study.experiment import ExperimentConfig, SplitConfig, import_factory
 from composer.study.leaderboard import STUDY_ATTR, leaderboard, ranked_trials, report_console
 from composer.study.runner import StudyData, TrialRunner
 from composer.study.space import SearchSpace, language_warning, load_search_space
 from composer.tracking.summary import HeldOut, StudySummary
+from composer.version import composer_version
 
 if TYPE_CHECKING:
     import optuna
     import pandas as pd
     from rich.console import Console
 
+    from composer.cost.estimate import Estimate
+    from composer.study.registry import Registered
     from composer.tracking.writer import StudyTracker
 
-__all__ = ["StudyResult", "composer_version", "load_study", "run_study", "split_questions"]
+__all__ = ["StudyResult", "composer_version", "estimate_study", "load_study", "run_study", "split_questions"]
 
 @dataclass
 class StudyResult:
@@ -78,6 +81,10 @@ class StudyResult:
     best_params: dict[str, Any] = field(default_factory=dict)
     best_config: dict[str, Any] | None = None
     """The winner's pipeline config, or for a factory the settings it was called with."""
+    workdir: Path | None = None
+    """The study's work dir: its trials' saved indexes (what ``register`` puts in the model)."""
+    qdrant: str | None = None
+    """The Qdrant server its indexes live on (None: Qdrant Edge in the work dir)."""
 
     @property
     def held_out(self) -> HeldOut | None:
@@ -85,12 +92,18 @@ class StudyResult:
         or None without a split."""
         return self.summary.held_out
 
+    def register(self, name: str, promote: bool = False) -> Registered:
+        """Register the winner in MLflow's Model Registry as ``name`` (alias ``challenger``; ``champion``
+        too when ``promote``): a pyfunc model that carries its index, so
+        ``mlflow.pyfunc.load_model(f"models:/{name}@champion")`` answers anywhere, without the corpus."""
+        from composer.study.export import best_trial
+        from composer.study.registry import Where, register_winner
 
-def composer_version() -> str:
-    try:
-        return importlib.metadata.version("composer-rag")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+        if self.workdir is None:
+            raise ConfigError("this study result does not say its work dir: register with `composer export "
+                              "--register`", field="workdir")
+        where = Where(self.storage, self.tracking_uri, self.workdir, self.qdrant)
+        return register_winner(self.study, best_trial(self.study), where, name, promote=promote)
 
 
 def split_questions(
@@ -132,13 +145,17 @@ def run_study(
     questions at once."""
     console = console or report_console(stderr=True)
     started = time.monotonic()
-    inputs = _inputs(exp, strict, system, concurrency)
+    spend = Spend()
+    with spend.counting():  # the test requests, and any question generation
+        inputs = _inputs(exp, strict, system, concurrency)
     data = inputs.data
     study = open_study(exp, data.space, name=study_name)
     provenance = _provenance(exp, data.space, data.corpus.fingerprint(), inputs.questions_file,
                              inputs.questions, data.questions)
     _check_same_data(study, provenance)
     tracker = _tracker(exp, study.study_name, provenance, data.questions)
+    _estimate_once(study, exp, data, n_trials, inputs.held_out)
+    agreement = _report.judge_agreement(study, exp, data, console)
     status, parent_run_id = "FAILED", ""
     try:
         _set_depth(data, data.space)
@@ -146,13 +163,18 @@ def run_study(
         if inputs.generated:
             _log_synth_report(exp, inputs.questions_file)
         _run_trials(study, exp, data, tracker, console, n_trials, inputs.held_out)
-        held = None if inputs.held_out is None else _report.held_out(study, inputs.held_out, data, console)
+        with spend.track("held_out"):
+            held = None if inputs.held_out is None else _report.held_out_once(study, inputs.held_out, data,
+                                                                              console)
         study.set_user_attr("objective_weights", dict(data.objective.weights))
         if held is not None:
             study.set_user_attr("held_out", held.to_dict())
         seconds = time.monotonic() - started
-        selection = _report.selection_separation(study, data)
-        summary = _report.summary(study, exp, provenance, data.objective, held, selection, seconds)
+        with spend.track("selection"):
+            selection = _report.selection_once(study, data)
+        _report.record_spend(study, spend)
+        summary = _report.summary(study, exp, provenance, data.objective, held, selection, seconds,
+                                  agreement)
         board = leaderboard(study)
         tracker.log_study(summary, board, _report.plots(study, exp))
         status = "FINISHED"
@@ -160,14 +182,67 @@ def run_study(
         status = "KILLED"
         raise
     finally:
+        _report.record_spend(study, spend)  # a stopped run's requests count in the next summary
         tracker.close(status, console)
     result = StudyResult(study.study_name, exp.storage_url, exp.tracking_uri, parent_run_id, summary, board,
-                         study)
+                         study, workdir=exp.work_dir, qdrant=exp.qdrant)
     ranked = ranked_trials(study)
     if ranked and (record := TrialRecord.of(ranked[0])) is not None:
         result.best_value, result.best_params = record.composite, dict(ranked[0].params)
         result.best_config = dict(record.config)
     return result
+
+
+def estimate_study(
+    exp: ExperimentConfig, *, n_trials: int | None = None, study_name: str | None = None,
+    strict: bool = False,
+) -> Estimate:
+    """What running the study would cost in LLM requests and dollars (``composer.cost.estimate``): no
+    trial runs, no request is sent, no study is created."""
+    from composer.data import load_corpus
+    from composer.errors import InputError
+    from composer.study.estimate import price_study
+
+    if exp.synth is not None and exp.corpus is not None:
+        from composer.synth import cache_path
+
+        if not cache_path(load_corpus(exp.corpus), exp.synth, exp.work_dir).exists():
+            raise ConfigError("the questions are not generated yet: run the study (or composer synth) first; "
+                              "the estimate covers the trials", field="synth")
+    target = n_trials if n_trials is not None else exp.n_trials
+    if target is None:
+        raise ConfigError(f"an estimate needs a number of trials ({option('n_trials', 'N')})",
+                          field="n_trials")
+    inputs = _inputs(exp, strict, None, 8, preflight=False)
+    name = study_name or exp.name
+    try:
+        study: optuna.Study | None = load_study(name, exp.storage_url)
+    except InputError:  # no study yet: every trial is to run
+        study = None
+    held = len(inputs.held_out) if inputs.held_out is not None else 0
+    return price_study(inputs.data, study, name=name, target=target, held_out=held)
+
+
+def _estimate_once(
+    study: optuna.Study, exp: ExperimentConfig, data: StudyData, n_trials: int | None,
+    held_out: QuestionSet | None,
+) -> None:
+    """Before a study's first trial, its LLM estimate, stored for the summary to set beside what it spent
+    (an LLM study of a pipeline space with a number of trials only)."""
+    from composer.study.estimate import price_study
+
+    target = n_trials if n_trials is not None else exp.n_trials
+    if _report.ESTIMATE_ATTR in study.user_attrs or target is None or data.system is not None:
+        return
+    if not data.llm_endpoints():
+        return
+    held = len(held_out) if held_out is not None else 0
+    try:
+        estimate = price_study(data, study, name=study.study_name, target=target, held_out=held)
+    except Exception as exc:  # an estimate that cannot be made must not stop the study it describes
+        logging.getLogger(__name__).warning("no LLM cost estimate for this study: %s", exc)
+        return
+    study.set_user_attr(_report.ESTIMATE_ATTR, estimate.headline())
 
 
 @dataclass(frozen=True)
@@ -182,10 +257,13 @@ class _Inputs:
     held_out: QuestionSet | None
 
 
-def _inputs(exp: ExperimentConfig, strict: bool, system: SystemFactory | None, concurrency: int) -> _Inputs:
+def _inputs(
+    exp: ExperimentConfig, strict: bool, system: SystemFactory | None, concurrency: int, *,
+    preflight: bool = True,
+) -> _Inputs:
     """Load the experiment's space, corpus and questions, split them, and check every setting no trial
     could run with here, before the study starts, not once per trial: an unset key variable, a judge
-    without a model, an objective nothing can score, an LLM out of reach."""
+    without a model, an objective nothing can score, an LLM out of reach (unless not ``preflight``)."""
     from composer.data import load_corpus
 
     if system is None and exp.system is not None:
@@ -213,7 +291,8 @@ def _inputs(exp: ExperimentConfig, strict: bool, system: SystemFactory | None, c
     if exp.llm is not None:
         exp.llm.api_key()
     data.objective  # noqa: B018 - resolves (and warns about) the objective once, building the judge
-    check_reachable(data.llm_endpoints())
+    if preflight:
+        check_reachable(data.llm_endpoints())
     return _Inputs(data, questions, questions_file, generated, held_out)
 
 
@@ -272,7 +351,7 @@ def _run_trials(
         return
     guard = _optimize.FailureGuard(exp.stop)
     with StudyProgress(console, target, done, exp.timeout) as progress, _optimize.CtrlC() as ctrl_c:
-        runner = TrialRunner(data, target=target, on_stage=progress.stage)
+        runner = TrialRunner(data, target=target, on_stage=progress.stage, stop=exp.stop)
         hooks: list[_optimize.TrialHook] = [ctrl_c.hook, progress, guard]
         if target is not None:
             hooks.insert(0, _optimize.stop_at(target))
@@ -281,6 +360,11 @@ def _run_trials(
         )
         _optimize.optimize(study, runner, timeout=exp.timeout, callback=callback, tracker=tracker)
     guard.raise_if_stopped(study.study_name)
+    spent = budget.reason(exp.stop, study)
+    if spent is not None:
+        console.print(f"study [bold]{study.study_name}[/bold] stopped: {spent}; it ends with the best trial "
+                      "so far (raise stop.max_cost_usd / max_llm_calls and run again to go on)",
+                      highlight=False)
 
 
 def _set_depth(data: StudyData, space: SearchSpace) -> None:

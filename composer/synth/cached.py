@@ -9,6 +9,7 @@ from pathlib import Path
 from composer.data.questions import load_questions
 from composer.data.types import Corpus, QuestionSet
 from composer.llm.client import LLMClient
+from composer.llm.spend import purpose
 from composer.synth.config import SynthConfig
 from composer.synth.engine import require_questions, synthesize
 from composer.synth.output import write_questions, write_report
@@ -31,7 +32,8 @@ def synthesize_cached(
     path = cache_path(corpus, config, workdir)
     if not path.exists():
         client = client or LLMClient(config.llm, cache_dir=workdir / "cache" / "llm")
-        outcome = synthesize(corpus, config, client)
+        with purpose("synth"):
+            outcome = synthesize(corpus, config, client)
         require_questions(outcome)
         write_report(outcome.report, path.with_suffix(".report.json"))
         write_questions(outcome.rows, path)

@@ -47,6 +47,7 @@ from composer.tracking.summary import (
     Difference,
     HeldOut,
     IndexCounts,
+    JudgeAgreement,
     ObjectiveSummary,
     Separation,
     StudyLog,
@@ -210,7 +211,8 @@ def read_record(path: Path, tables: Path, cache: dict[str, ChunkTable]) -> Any:
 _CLASSES: dict[str, type[Any]] = {
     cls.__name__: cls
     for cls in (TrialReport, SampleTable, Ranking, ChunkTable, Hit, StageError, StudyLog, StudySummary,
-                ObjectiveSummary, IndexCounts, HeldOut, Contender, Difference, Separation)
+                ObjectiveSummary, IndexCounts, HeldOut, Contender, Difference, Separation,
+                JudgeAgreement)
 }
 """The dataclasses a record may hold, rebuilt from their fields by name: nothing else is ever built."""
 _FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in _CLASSES.values()}

@@ -13,11 +13,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from composer.llm.spend import purpose_metrics
+
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Contender", "Difference", "HeldOut", "IndexCounts", "ObjectiveSummary", "Separation", "StudyLog",
-           "StudySummary"]
+__all__ = ["Contender", "Difference", "HeldOut", "IndexCounts", "JudgeAgreement", "ObjectiveSummary",
+           "Separation", "StudyLog", "StudySummary"]
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,15 @@ class Separation:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "ci95": list(self.ci95)}
 
+    @classmethod
+    def from_dict(cls, d: Any) -> Separation | None:
+        """The stored JSON back (the study's ``selection`` user attribute), None if it is none."""
+        if not isinstance(d, dict):
+            return None
+        low, high = d["ci95"]
+        return cls(int(d["n_questions"]), int(d["winner"]), int(d["runner_up"]), float(d["difference"]),
+                   (float(low), float(high)), bool(d["separated"]))
+
 
 @dataclass(frozen=True)
 class IndexCounts:
@@ -143,6 +154,92 @@ class ObjectiveSummary:
 
 
 @dataclass(frozen=True)
+class JudgeAgreement:
+    """The study's judge and how well it agreed with human labels when last checked (``composer judges
+    check`` or ``tune``), per judged metric: a check's headline figures (n, accuracy, kappa, spearman,
+    ci, labels), None for a metric never checked. Unchecked or below ``min_kappa``, the judge's scores are
+    read with a warning; ``command`` is what checks it."""
+
+    judge: str
+    min_kappa: float
+    command: str
+    checks: dict[str, dict[str, Any] | None]
+
+    def unchecked(self) -> list[str]:
+        return [m for m, c in self.checks.items() if c is None]
+
+    def weak(self) -> list[str]:
+        """Checked metrics whose kappa is below ``min_kappa`` (or undefined)."""
+        return [m for m, c in self.checks.items() if c is not None and not _at_least(c.get("kappa"),
+                                                                                        self.min_kappa)]
+
+    def warning(self) -> str | None:
+        """What a study says before its first trial when the judge is unchecked or agrees poorly; None
+        when every judged metric was checked and agreed."""
+        unchecked, weak = self.unchecked(), self.weak()
+        if not unchecked and not weak:
+            return None
+        parts = []
+        if unchecked:
+            parts.append(f"the judge {self.judge} was never checked against human labels for "
+                         f"{', '.join(unchecked)}")
+        if weak:
+            shown = ", ".join(f"{m} ({_kappa_text(self.checks[m])})" for m in weak)
+            parts.append(f"the judge {self.judge} agrees poorly with human labels (kappa below "
+                         f"{self.min_kappa:g}) for {shown}")
+        return "; ".join(parts) + f": its scores may not be what people would say. Check it: `{self.command}`"
+
+    def lines(self) -> list[str]:
+        """One line per judged metric: its agreement, or that it was never checked."""
+        out = []
+        for metric, check in self.checks.items():
+            if check is None:
+                out.append(f"{metric}: never checked against human labels")
+                continue
+            low, high = (check.get("ci") or {}).get("kappa") or (None, None)
+            ci = f" [{_num(low)}, {_num(high)}]" if low is not None and high is not None else ""
+            mark = "" if _at_least(check.get("kappa"), self.min_kappa) else f" (below {self.min_kappa:g})"
+            out.append(f"{metric}: {_kappa_text(check)}{ci}{mark}, accuracy {_num(check.get('accuracy'))}"
+                       f" ({check.get('labels', 'labels')})")
+        return out
+
+    def metrics(self) -> dict[str, float]:
+        """The parent run's judge metrics: ``judge_kappa.<metric>`` and ``judge_labels.<metric>``."""
+        out: dict[str, float] = {}
+        for metric, check in self.checks.items():
+            kappa = None if check is None else check.get("kappa")
+            if isinstance(kappa, int | float) and kappa == kappa:
+                out[f"judge_kappa.{metric}"] = float(kappa)
+                out[f"judge_labels.{metric}"] = float(check.get("n") or 0) if check is not None else 0.0
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> JudgeAgreement | None:
+        """The stored JSON back (the study's ``judge_agreement`` user attribute), None if it is none."""
+        if not isinstance(d, dict) or not isinstance(d.get("checks"), dict):
+            return None
+        checks = {str(m): c if isinstance(c, dict) else None for m, c in d["checks"].items()}
+        return cls(str(d.get("judge", "")), float(d.get("min_kappa", 0.4)), str(d.get("command", "")), checks)
+
+
+def _at_least(kappa: object, floor: float) -> bool:
+    return isinstance(kappa, int | float) and kappa == kappa and kappa >= floor
+
+
+def _num(value: object) -> str:
+    return f"{value:.2f}" if isinstance(value, int | float) and value == value else "-"
+
+
+def _kappa_text(check: dict[str, Any] | None) -> str:
+    check = check or {}
+    kind = "weighted kappa" if check.get("scale") == "ordinal" else "kappa"
+    return f"{kind} {_num(check.get('kappa'))} on {check.get('n', 0)} labels"
+
+
+@dataclass(frozen=True)
 class StudySummary:
     """A study's trials by state, its winner, its indexing and LLM spending, the held-out re-score and
     the selection set's separation; ``data`` is what it was run on (its provenance)."""
@@ -160,7 +257,8 @@ class StudySummary:
     objective: ObjectiveSummary
     encode: IndexCounts
     llm_usage: dict[str, float] | None
-    """The study's LLM spending by usage metric (``llm_calls``, ``llm_cost_usd``...); None without any."""
+    """The study's LLM spending by usage metric (``llm_calls``, ``llm_cost_usd``...), every purpose's
+    requests summed; None without any."""
     errors: list[str]
     held_out: HeldOut | None
     data: dict[str, Any]
@@ -168,6 +266,13 @@ class StudySummary:
     pareto_front: list[int] | None = None
     """Trial numbers on the Pareto front of a multi-objective study; None for a single objective."""
     selection: Separation | None = None
+    judge_agreement: JudgeAgreement | None = None
+    """The judge's checked agreement with human labels; None for a study without a judge."""
+    llm_by_purpose: dict[str, dict[str, float]] | None = None
+    """The same spending by purpose (``composer.llm.spend.PURPOSES``: preflight, trial, held_out...)."""
+    llm_estimate: dict[str, float] | None = None
+    """What ``composer optimize --estimate`` foresaw before the first trial (``llm_requests``,
+    ``llm_cost_usd``), to set beside ``llm_usage``."""
 
     def metrics(self) -> dict[str, float]:
         """The headline metrics of the study's parent run."""
@@ -175,11 +280,15 @@ class StudySummary:
                "FAIL": float(self.n_failed)}
         out.update({k: float(v) for k, v in asdict(self.encode).items()})
         out.update(self.llm_usage or {})
+        out.update(purpose_metrics(self.llm_by_purpose or {}))
+        out.update({f"{k}_estimated": float(v) for k, v in (self.llm_estimate or {}).items()})
         if self.best_value is not None and self.best_trial is not None:
             out["best_value"] = self.best_value
             out["best_trial"] = float(self.best_trial)
         if self.held_out is not None and self.held_out.difference is not None:
             out["held_out_difference"] = float(self.held_out.difference.mean)
+        if self.judge_agreement is not None:
+            out.update(self.judge_agreement.metrics())
         out["seconds"] = self.seconds
         return out
 
@@ -207,6 +316,9 @@ class StudySummary:
         if self.pareto_front is not None:
             out["pareto_front"] = list(self.pareto_front)
         out["selection"] = None if self.selection is None else self.selection.to_dict()
+        out["judge_agreement"] = None if self.judge_agreement is None else self.judge_agreement.to_dict()
+        out["llm_by_purpose"] = self.llm_by_purpose
+        out["llm_estimate"] = self.llm_estimate
         return out
 
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from composer.llm.spend import purpose_metrics
 from composer.tracking.runs import mlflow_metric_name, mlflow_params
 
 
@@ -27,6 +28,7 @@ def log_report_to_mlflow(
         "shortfall": report["shortfall"],
         "seconds": report["seconds"],
         **report["llm"],
+        **purpose_metrics(report.get("llm_by_purpose") or {}),
         **{f"kept_{k}": v["kept"] for k, v in report["by_kind"].items()},
         **{f"dropped_{r}": n for r, n in report["dropped"].items()},
     }

@@ -337,6 +337,7 @@ class Factory:
         return system
 
 
+@pytest.mark.slow
 def test_optimize_a_factory_prunes_resumes_and_rescores_the_winner(
     corpus: Corpus, questions: QuestionSet, tmp_path: Path
 ) -> None:

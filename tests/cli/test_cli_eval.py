@@ -156,7 +156,7 @@ def test_unknown_relevant_ids_without_strict_warn_and_score(
     [
         (["eval", "q.jsonl"], ("exactly one of", "--run", "--config")),
         (["eval", "q.jsonl", "--run", "run.jsonl", "--config", "p.yaml"], ("exactly one of",)),
-        (["eval", "q.jsonl", "--config", "p.yaml"], ("--corpus",)),
+        (["eval", "q.jsonl", "--config", "p.yaml"], ("no index for this config is saved under", "--corpus")),
         (["eval", "q.jsonl", "--run", "missing.jsonl"], ("missing.jsonl:", "file not found")),
         (["eval", "missing.jsonl", "--run", "run.jsonl"], ("missing.jsonl:", "file not found")),
         (["eval", "q.jsonl", "--run", "run.jsonl", "--k", "0"], ("field 'k'", "positive")),
@@ -169,6 +169,7 @@ def test_other_user_errors(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "q.jsonl").write_text(GOOD_Q1, encoding="utf-8")
     (tmp_path / "run.jsonl").write_text(RUN, encoding="utf-8")
+    (tmp_path / "p.yaml").write_text("retrieval: {mode: bm25, k: 5}\n", encoding="utf-8")  # never indexed
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
     _assert_one_error_line(result.stderr, expected)

@@ -215,7 +215,7 @@ def test_a_trace_lists_its_arabic_question_and_answer_as_text(tmp_path: Path) ->
 def test_eval_of_a_run_with_answers_says_they_came_from_the_run_file(tmp_path: Path) -> None:
     from fake_llm_server import FakeLLMServer
     from scripted_llm import ScriptedRAG
-    from test_new_user_round import EXAMPLE, _example_run
+    from test_cli_new_user import EXAMPLE, _example_run
 
     questions, run, golds = _example_run(tmp_path, 2, answers=True)
     with FakeLLMServer(ScriptedRAG(golds)) as server:

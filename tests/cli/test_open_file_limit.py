@@ -10,19 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sample_study import write_sample_study
+from sample_study import write_experiment
 
 from composer.cli.app import user_error_message
 
-SPACE = "dimensions:\n  retrieval.mode: {choices: [bm25]}\n  retrieval.k: {type: int, low: 1, high: 5}\n"
-EXPERIMENT = (
-    "name: s\ncorpus: {corpus}\nquestions: questions.jsonl\nsearch_space: space.yaml\n"
-    "sampler: {{name: random, seed: 0}}\npruner: none\nn_trials: 3\nmlflow: {{traces: 0}}\n"
-)
+DIMS = {"retrieval.mode": {"choices": ["bm25"]}, "retrieval.k": {"type": "int", "low": 1, "high": 5}}
 
 
 def test_optimize_under_a_tiny_open_file_limit_says_so_in_one_line(tmp_path: Path) -> None:
-    experiment = write_sample_study(tmp_path, space=SPACE, experiment=EXPERIMENT, n_questions=10)
+    experiment = write_experiment(tmp_path, dims=DIMS, n_trials=3, n_questions=10)
     composer = str(Path(sys.executable).with_name("composer"))
     done = subprocess.run(
         [composer, "optimize", str(experiment)],

@@ -327,6 +327,7 @@ def test_edge_threshold_is_read_when_a_backend_is_made(
     assert edge.EdgeBackend(tmp_path, optimize_min_points=3).optimize_min_points == 3
 
 
+@pytest.mark.slow
 def test_a_large_index_keeps_its_rescoring_vectors_mapped_from_the_work_dir_with_equal_scores(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

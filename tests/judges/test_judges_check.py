@@ -164,7 +164,7 @@ def test_check_reports_agreement_and_a_rerun_sends_nothing(tmp_path: Path) -> No
     faith = result["metrics"]["faithfulness"]
     assert faith["n"] == 10 and faith["accuracy"] == pytest.approx(0.8)
     assert faith["kappa"] == pytest.approx(cohen_kappa(
-        [r["label"] for r in labelled() if r["metric"] == "faithfulness"],
+        [int(str(r["label"])) for r in labelled() if r["metric"] == "faithfulness"],
         [int(WRONG not in str(r["answer"])) for r in labelled() if r["metric"] == "faithfulness"]), abs=1e-4)
     assert faith["ci"]["kappa"][0] <= faith["kappa"] <= faith["ci"]["kappa"][1]
     assert faith["confusion"] == [[4, 1], [1, 4]]
@@ -207,7 +207,9 @@ def test_check_prints_a_table_logs_an_mlflow_run_and_its_agreement_travels(tmp_p
     other_model = JudgeConfig(model="openai/other", api_base=url, metrics=("faithfulness",))
     assert latest_check(other_model, None, work) == {"faithfulness": None}
     client = MlflowClient(uri)
-    (run,) = client.search_runs([client.get_experiment_by_name("judge-checks").experiment_id])
+    checks = client.get_experiment_by_name("judge-checks")
+    assert checks is not None
+    (run,) = client.search_runs([checks.experiment_id])
     assert run.data.metrics["faithfulness.all.kappa"] == pytest.approx(0.6)
 
 
@@ -247,3 +249,26 @@ def test_human_feedback_on_mlflow_traces_becomes_labels(tmp_path: Path) -> None:
                             "metric": "faithfulness", "label": 1, "rationale": "مدعوم"}
     assert (rows[ids[1]]["label"], rows[ids[1]]["reference_answer"]) == (0, "مرجع")
     assert [lb.label for lb in load_labels(out)] == [rows[i]["label"] for i in rows]
+
+
+def test_a_judge_that_passes_long_answers_shows_its_bias_in_the_length_terciles(tmp_path: Path) -> None:
+    """People fail every answer with WRONG; the judge passes any answer over six words: it agrees on the
+    short third and not on the long one."""
+    from composer.judges.check import check
+    from composer.judges.config import JudgeConfig
+
+    def long_lover(req: ChatRequest) -> str:
+        (statement,) = re.findall(r"^1\. (.+)$", req.prompt, flags=re.MULTILINE)
+        return json.dumps({"verdicts": [int(len(statement.split()) > 6 or WRONG not in statement)]})
+
+    rows = [{"id": f"q{i}", "question": f"ما عاصمة مصر رقم {i}؟", "contexts": ["القاهرة عاصمة مصر"],
+             "answer": f"القاهرة {WRONG if i % 2 else 'صحيح'} {i}" + " جدا" * (2 * (i // 4)),  # 3, 5, 7 words
+             "metric": "faithfulness", "label": int(i % 2 == 0)} for i in range(12)]
+    labels = load_labels(_write_jsonl(tmp_path / "labels.jsonl", rows))
+    with FakeLLMServer(long_lover) as server:
+        judge = JudgeConfig(model="openai/fake", api_base=server.url, metrics=("faithfulness",))
+        result = check(labels, judge, workdir=tmp_path / "work", store=False)
+    by_length = result.metrics["faithfulness"].by_length
+    assert [by_length[t].n for t in ("short", "medium", "long")] == [4, 4, 4]
+    assert by_length["short"].kappa == 1.0 and by_length["short"].accuracy == 1.0
+    assert by_length["long"].kappa == 0.0 and by_length["long"].accuracy == 0.5

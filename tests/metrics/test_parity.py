@@ -257,6 +257,9 @@ def test_trec_eval_parity(run_name: str, level: str, mode: MatchMode) -> None:
     assert any(not v[metric_key("hit_rate", 1)] for v in mine.values())
 
 
+# slow: in a fresh environment ranx compiles its numba metrics on first use (~90 s on 2 cores; cached in
+# its __pycache__ after that); the trec_eval parity above checks every run and mode in a second.
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:unsafe cast")
 @pytest.mark.parametrize("level,mode", SETTINGS, ids=[f"{lv}-run-{m}-mode" for lv, m in SETTINGS])
 @pytest.mark.parametrize("run_name", ["random", "bm25-rank-scored"])

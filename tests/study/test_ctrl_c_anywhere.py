@@ -17,7 +17,7 @@ from pathlib import Path
 import optuna
 import pytest
 from ended_trials import scripted_runner
-from sample_study import write_sample_study
+from sample_study import write_experiment
 
 from composer.study import _optimize
 from composer.study._storage import make_storage
@@ -26,12 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 from bench_drill import writer_pids
 
-SPACE = "dimensions:\n  retrieval.mode: {choices: [bm25]}\n  retrieval.k: {type: int, low: 1, high: 60}\n"
-EXPERIMENT = (
-    "name: s\ncorpus: {corpus}\nquestions: questions.jsonl\nsearch_space: space.yaml\n"
-    "sampler: {{name: random, seed: 0}}\npruner: none\nn_trials: 15\nmlflow: {{traces: 0}}\n"
-    "heartbeat_interval: 1\n"
-)
+DIMS = {"retrieval.mode": {"choices": ["bm25"]}, "retrieval.k": {"type": "int", "low": 1, "high": 60}}
 RUNS = 9
 EXIT_S = 20.0
 """Seconds a study and its MLflow writer may take to end after Ctrl-C: the writer first writes the
@@ -109,7 +104,7 @@ def test_ctrl_c_at_random_moments_ends_the_study_and_its_writer_within_seconds(
 ) -> None:
     """Ctrl-C (SIGINT to the process group, as a terminal sends it) while the study starts, in its
     trials, or as it ends: each time the study and its writer are gone within ``EXIT_S`` seconds."""
-    experiment = write_sample_study(tmp_path, space=SPACE, experiment=EXPERIMENT, n_questions=20)
+    experiment = write_experiment(tmp_path, dims=DIMS, n_trials=15, heartbeat_interval=1)
     composer = str(Path(sys.executable).with_name("composer"))
     env = {**os.environ, "COLUMNS": "200", "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
            "PYTHONFAULTHANDLER": "1"}

@@ -86,6 +86,7 @@ def kill_when(experiment: Path, log: Path, ready: Callable[[], bool], *, writer_
     process.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_study_killed_three_times_ends_as_if_never_killed(tmp_path: Path, slow_llm: FakeLLMServer) -> None:
     source = write_sample_study(tmp_path, space=SPACE, experiment=EXPERIMENT.replace("{url}", slow_llm.url),

@@ -99,6 +99,7 @@ def copy_of(finished: Path, tmp_path: Path) -> Path:
 # -- trials that keep failing ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_study_whose_trials_all_fail_stops_with_one_error_and_one_line_per_trial(tmp_path: Path) -> None:
     """A model directory that cannot be loaded fails every trial: the study stops after 3 (not 2,160 in
     five minutes), exit code 1, one line per failed trial, no traceback; --debug shows them."""

@@ -65,6 +65,7 @@ def slow_llm() -> Iterator[FakeLLMServer]:
         yield server
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_a_killed_study_resumes_without_losing_or_rerunning_trials(
     tmp_path: Path, slow_llm: FakeLLMServer

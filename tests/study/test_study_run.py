@@ -144,7 +144,8 @@ def test_a_failed_held_out_rescore_is_reported_and_the_study_finishes(
     assert set(held) == {"n_questions", "error", *scored} and "FailureBudgetExceeded" in held["error"]
     assert ("held-out (10 questions): winner #" in result.output) == (failing == "runner_up")
     ran = [t for t in study.trials if (r := TrialRecord.of(t)) and r.duplicate_of is None]  # repeats: no call
-    assert ran and f"LLM: {len(ran)} calls (0 cached), {120 * len(ran)} tokens" in result.output
+    assert ran and (f"LLM: {len(ran)} requests sent (trial {len(ran)}), {len(ran)} calls (0 cached), "
+                    f"{120 * len(ran)} tokens") in result.output
 
     from mlflow import MlflowClient
 

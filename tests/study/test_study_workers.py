@@ -24,6 +24,8 @@ from composer.study._optimize import REPEAT_ALLOWANCE
 from composer.study._workers import WORKER_ATTR
 from composer.tracking.runs import ROLE_TAG, RUN_STATUS, STATE_TAG, STUDY_TAG, TRIAL_TAG
 
+pytestmark = pytest.mark.slow  # a PostgreSQL server and two worker processes per test
+
 
 def record(t: optuna.trial.FrozenTrial) -> TrialRecord:
     found = TrialRecord.of(t)

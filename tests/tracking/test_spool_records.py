@@ -187,7 +187,7 @@ def test_the_summary_gives_the_parent_runs_json_and_its_headline_metrics() -> No
     assert list(as_json) == [
         "study", "storage", "n_trials", "n_complete", "n_pruned", "n_failed", "best_trial", "best_value",
         "best_metrics", "best_config", "objective", "encode", "llm_usage", "errors", "held_out", "data",
-        "seconds", "selection",
+        "seconds", "selection", "judge_agreement", "llm_by_purpose", "llm_estimate",
     ]
     assert as_json["held_out"] == HELD_OUT and as_json["encode"]["embeddings_computed"] == 40
     assert summary.metrics() == {
@@ -223,15 +223,10 @@ def test_a_pickle_planted_in_a_studys_spool_never_runs(tmp_path: Path) -> None:
     """``composer optimize`` finds a dead tracker's folder with a pickle in it: the pickle is not loaded (the
     marker its ``__reduce__`` would create does not exist), the user is told which file and why, and the file
     is moved aside, so no later run reads it again."""
-    from sample_study import write_sample_study
+    from sample_study import write_experiment
 
-    space = "dimensions:\n  retrieval.mode: {choices: [bm25]}\n  retrieval.k: {choices: [3]}\n"
-    experiment = (
-        "name: s\ncorpus: {corpus}\nquestions: questions.jsonl\nsearch_space: space.yaml\n"
-        "sampler: {{name: random, seed: 0}}\npruner: none\nn_trials: 1\nmlflow: {{traces: 0}}\n"
-        f"workdir: {tmp_path / 'work'}\n"
-    )
-    exp_file = write_sample_study(tmp_path, space=space, experiment=experiment, n_questions=20)
+    dims = {"retrieval.mode": {"choices": ["bm25"]}, "retrieval.k": {"choices": [3]}}
+    exp_file = write_experiment(tmp_path, dims=dims, n_trials=1, workdir=str(tmp_path / "work"))
     marker = tmp_path / "PWNED"
     spool = tmp_path / "work" / "spool" / "s"
     planted = plant(spool, "000001-trial.pkl", marker)

@@ -157,6 +157,7 @@ def test_a_full_disk_while_the_mlflow_store_is_created_leaves_no_half_made_store
     assert again.returncode == 0, again.stderr
 
 
+@pytest.mark.slow
 def test_a_full_disk_mid_study_is_one_line_naming_the_file(tmp_path: Path) -> None:
     """Optuna failing to store a trial's end once came out as ``AssertionError: Should not reach``, rc 1."""
     exp = study(tmp_path)

@@ -90,7 +90,7 @@ def test_logs_are_written_by_the_writer_process_and_the_spool_emptied(tmp_path: 
 
 CHILD = textwrap.dedent("""
     import sys
-    sys.path.insert(0, sys.argv[2])
+    sys.path[:0] = sys.argv[2:]  # this file's folder and tests/, for its helpers
     from test_study_writer import settings, trial_log
     from composer.tracking.spool import Spool
     from pathlib import Path
@@ -104,7 +104,7 @@ CHILD = textwrap.dedent("""
 
 def test_logs_a_dead_study_left_in_the_spool_are_written_when_it_resumes(tmp_path: Path) -> None:
     subprocess.run(
-        [sys.executable, "-c", CHILD, str(tmp_path), str(Path(__file__).resolve().parents[1])],
+        [sys.executable, "-c", CHILD, str(tmp_path), *(str(p) for p in Path(__file__).resolve().parents[:2])],
         check=True, timeout=120,
     )
     spool = settings(tmp_path).spool
@@ -241,19 +241,16 @@ def test_the_live_view_shows_a_running_trials_progress() -> None:
     assert "trial 2/10" in status and "running: retrieved 50/50, answered 12/50" in status
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_ctrl_c_stops_the_study_and_still_writes_what_ran(tmp_path: Path) -> None:
     """SIGINT to the study's process group (as a terminal's Ctrl-C): the study stops, its writer (in a
     session of its own) writes every finished trial, and the parent run ends KILLED."""
-    from sample_study import write_sample_study
+    from sample_study import write_experiment
 
-    space = "dimensions:\n  retrieval.mode: {choices: [bm25]}\n  retrieval.k: {type: int, low: 1, high: 20}\n"
-    experiment = (
-        "name: s\ncorpus: {corpus}\nquestions: questions.jsonl\nsearch_space: space.yaml\n"
-        "sampler: {{name: random, seed: 0}}\npruner: none\nn_trials: 500\nmlflow: {{traces: 0}}\n"
-        f"workdir: {tmp_path / 'work'}\n"
-    )
-    exp_file = write_sample_study(tmp_path, space=space, experiment=experiment, n_questions=40)
+    dims = {"retrieval.mode": {"choices": ["bm25"]}, "retrieval.k": {"type": "int", "low": 1, "high": 20}}
+    exp_file = write_experiment(tmp_path, dims=dims, n_trials=500, workdir=str(tmp_path / "work"),
+                                n_questions=40)
     composer = str(Path(sys.executable).with_name("composer"))
     log = (tmp_path / "log").open("w")
     proc = subprocess.Popen(

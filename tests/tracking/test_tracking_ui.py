@@ -231,15 +231,11 @@ def test_the_study_charts_are_png(tmp_path: Path) -> None:
 
 
 def small_study(tmp_path: Path) -> Path:
-    from sample_study import write_sample_study
+    from sample_study import write_experiment
 
-    space = "dimensions:\n  retrieval.mode: {choices: [bm25]}\n  retrieval.k: {type: int, low: 1, high: 20}\n"
-    experiment = (
-        "name: s\ncorpus: {corpus}\nquestions: questions.jsonl\nsearch_space: space.yaml\n"
-        "sampler: {{name: random, seed: 0}}\npruner: none\nn_trials: 4\nmlflow: {{traces: 2}}\n"
-        f"workdir: {tmp_path / 'work'}\n"
-    )
-    return write_sample_study(tmp_path, space=space, experiment=experiment, n_questions=12)
+    dims = {"retrieval.mode": {"choices": ["bm25"]}, "retrieval.k": {"type": "int", "low": 1, "high": 20}}
+    return write_experiment(tmp_path, dims=dims, n_trials=4, mlflow={"traces": 2},
+                            workdir=str(tmp_path / "work"), n_questions=12)
 
 
 def test_report_writes_one_self_contained_page(tmp_path: Path) -> None:

@@ -1,0 +1,68 @@
+"""The study's LLM budget (``stop: {max_cost_usd, max_llm_calls}``), shared by every worker through the
+Optuna storage: a finished trial's spend is its record's ``llm_usage``, a running trial's what it
+published after its last batch (``SPENT_ATTR``). Each trial checks the sum after every batch of
+questions, so the study's spend passes the budget by at most one batch per worker running at once."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from composer.errors import ComposerError
+from composer.llm import Usage
+from composer.record import TrialRecord
+from composer.study import _optuna
+from composer.study.experiment import StopConfig
+
+if TYPE_CHECKING:
+    import optuna
+
+SPENT_ATTR = "composer.llm_spent"
+"""Trial system attribute: a running trial's LLM spend so far, {"cost": dollars, "requests": n}."""
+
+
+class BudgetSpent(ComposerError):
+    """The study's LLM budget ran out: the trial running stops (failed "budget"), and so does the study."""
+
+
+def limited(stop: StopConfig) -> bool:
+    return stop.max_cost_usd is not None or stop.max_llm_calls is not None
+
+
+def spent(trials: Sequence[optuna.trial.FrozenTrial]) -> tuple[float, int]:
+    """Dollars and LLM requests the study's trials spent: finished ones from their records, the others
+    from what they published."""
+    cost, requests = 0.0, 0
+    for t in trials:
+        record = TrialRecord.of(t)
+        usage: Mapping[str, float] = record.llm_usage if record is not None and t.state.is_finished() else {}
+        if not usage:
+            live = t.system_attrs.get(SPENT_ATTR) or {}
+            usage = {"llm_cost_usd": live.get("cost", 0.0), "llm_requests": live.get("requests", 0)}
+        cost += float(usage.get("llm_cost_usd", 0.0))
+        requests += int(usage.get("llm_requests", 0))
+    return cost, requests
+
+
+def over(stop: StopConfig, cost: float, requests: int) -> str | None:
+    """Why the budget is spent (None while it is not)."""
+    if stop.max_cost_usd is not None and cost >= stop.max_cost_usd:
+        return f"LLM budget spent: ${cost:.4f} of max_cost_usd ${stop.max_cost_usd:g} ({requests} requests)"
+    if stop.max_llm_calls is not None and requests >= stop.max_llm_calls:
+        return f"LLM budget spent: {requests} requests of max_llm_calls {stop.max_llm_calls} (${cost:.4f})"
+    return None
+
+
+def check(stop: StopConfig, trial: optuna.Trial, usage: Usage) -> None:
+    """Publish the running trial's spend, then raise BudgetSpent when the study's spend reached a limit."""
+    study = trial.study
+    _optuna.set_system_attr(study, trial, SPENT_ATTR, {"cost": usage.cost, "requests": usage.requests})
+    reason = over(stop, *spent(_optuna.all_trials(study)))
+    if reason is not None:
+        study.stop()
+        raise BudgetSpent(f"{reason}: stopped after {usage.requests} of its requests")
+
+
+def reason(stop: StopConfig, study: optuna.Study) -> str | None:
+    """Why a finished study's budget stopped it, for the message it ends with (None: it did not)."""
+    return over(stop, *spent(_optuna.all_trials(study))) if limited(stop) else None

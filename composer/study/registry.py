@@ -1,0 +1,228 @@
+"""Register a study's winner in the MLflow Model Registry: logged as a self-contained pyfunc model
+(``composer.serve.mlflow_model``) on the trial's own MLflow run, so the registry entry links back to the
+trial's params, metrics and traces; aliased ``challenger``, and ``champion`` when promoted.
+
+The model version carries the evidence for it (tags and description): study, trial, objective, selection
+and held-out scores, the held-out verdict and the data's fingerprints, so a deployed winner says what it
+won on and whether the held-out questions confirmed it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from composer.errors import ComposerError, InputError
+from composer.llm.faults import scrub
+from composer.pipeline.saved import SAVED_DIR
+from composer.record import TrialRecord
+from composer.redact import scrub_url
+from composer.study.export import export_document
+from composer.tracking.runs import ROLE_TAG, STUDY_TAG, TRIAL_TAG
+from composer.tracking.summary import HeldOut
+
+if TYPE_CHECKING:
+    import optuna
+
+CHALLENGER, CHAMPION = "challenger", "champion"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_PINNED = ("composer-rag", "mlflow", "numpy", "pandas", "pydantic", "pyyaml", "qdrant-client", "cloudpickle")
+_DENSE = ("sentence-transformers", "torch", "transformers")
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A registered winner: ``uri`` loads it (``models:/NAME/VERSION``)."""
+
+    name: str
+    version: str
+    run_id: str
+    promoted: bool
+
+    @property
+    def uri(self) -> str:
+        return f"models:/{self.name}/{self.version}"
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where the study keeps what the model is made of: its storage, MLflow store, work dir (the trial's
+    saved index) and Qdrant server (None: Qdrant Edge, copied into the model)."""
+
+    storage: str
+    tracking_uri: str
+    workdir: Path
+    qdrant: str | None = None
+
+
+def check_name(name: str) -> str:
+    if not _NAME.fullmatch(name):
+        raise InputError(f"--register {name!r}: a model name is 1-100 letters, digits, '.', '_' or '-', "
+                         "starting with a letter or digit", field="register")
+    return name
+
+
+def register_winner(
+    study: optuna.Study, trial: optuna.trial.FrozenTrial, where: Where, name: str, *, promote: bool = False
+) -> Registered:
+    """Log ``trial``'s pipeline as a model on its MLflow run, register it as ``name`` (alias
+    ``challenger``; ``champion`` too when ``promote``). An MLflow failure is a one-line ComposerError."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return _register(study, trial, where, check_name(name), promote)
+    except MlflowException as exc:
+        raise ComposerError(f"registering {name!r} in {scrub_url(where.tracking_uri)}: "
+                            f"{scrub(str(exc)).splitlines()[0]}") from None
+
+
+def _register(
+    study: optuna.Study, trial: optuna.trial.FrozenTrial, where: Where, name: str, promote: bool
+) -> Registered:
+    import mlflow
+    from mlflow import MlflowClient
+
+    doc = export_document(study, trial, where.storage)
+    record = TrialRecord.of(trial)
+    if record is None or record.index is None:
+        raise InputError(f"trial #{trial.number} of study '{study.study_name}' recorded no index")
+    index = where.workdir / SAVED_DIR / record.index.key
+    if not (index / "index.json").is_file():
+        raise InputError(f"the index of trial #{trial.number} is not saved under {index}: run `composer "
+                         "optimize` again with this work dir to rebuild it")
+    mlflow.set_tracking_uri(where.tracking_uri)
+    client = MlflowClient(where.tracking_uri)
+    run_id = _trial_run(client, study.study_name, trial.number)
+    with tempfile.TemporaryDirectory(prefix="composer-register-") as tmp:
+        artifacts, embedder = _artifacts(Path(tmp), doc["pipeline"], index, where.qdrant)
+        info = _log(doc, artifacts, run_id, name, where)
+    version = str(info.registered_model_version)
+    client.set_registered_model_alias(name, CHALLENGER, version)
+    if promote:
+        client.set_registered_model_alias(name, CHAMPION, version)
+    for key, value in {**model_tags(doc), **embedder}.items():
+        client.set_model_version_tag(name, version, key, value)
+    client.update_model_version(name, version, description=describe(doc, embedder))
+    return Registered(name, version, run_id, promote)
+
+
+def _trial_run(client: Any, study: str, number: int) -> str:
+    """The id of the MLflow run that recorded trial ``number`` of ``study``."""
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(
+        experiments, max_results=1,
+        filter_string=f"tags.`{STUDY_TAG}` = '{study}' and tags.`{ROLE_TAG}` = 'trial' "
+                      f"and tags.`{TRIAL_TAG}` = '{number}'",
+    )
+    if not runs:
+        raise InputError(f"the MLflow store holds no run of trial #{number} of study '{study}'")
+    return str(runs[0].info.run_id)
+
+
+def _artifacts(
+    tmp: Path, config: dict[str, Any], index: Path, qdrant: str | None
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The model's artifacts, and tags saying how its embedding model travels (referenced or copied)."""
+    (tmp / "pipeline.json").write_text(json.dumps(config, ensure_ascii=False), encoding="utf-8")
+    server = None if qdrant is None or qdrant == ":memory:" else {
+        "url": qdrant, "collection": index.name, "api_key_env": "QDRANT_API_KEY"}
+    (tmp / "composer.json").write_text(json.dumps({"qdrant": server}), encoding="utf-8")
+    artifacts = {"pipeline": str(tmp / "pipeline.json"), "composer": str(tmp / "composer.json"),
+                 "index": str(index)}
+    model = (config.get("embedding") or {}).get("model")
+    if not _dense(config) or not model:
+        return artifacts, {"composer.embedder": "none (BM25 only)"}
+    local = Path(str(model)).expanduser()
+    if local.is_dir():
+        artifacts["embedder"] = str(local)
+        size = sum(f.stat().st_size for f in local.rglob("*") if f.is_file())
+        return artifacts, {"composer.embedder": f"copied from local folder {local.name}",
+                           "composer.embedder_bytes": str(size)}
+    return artifacts, {"composer.embedder": f"referenced by hub name {model} (downloaded on first load)"}
+
+
+def _dense(config: dict[str, Any]) -> bool:
+    from composer.pipeline.config import PipelineConfig
+
+    return PipelineConfig.from_dict(config).needs_dense_index
+
+
+def _log(doc: dict[str, Any], artifacts: dict[str, str], run_id: str, name: str, where: Where) -> Any:
+    """The model logged on the trial's run and registered."""
+    import mlflow
+
+    from composer.serve.mlflow_model import ComposerModel, signature
+
+    example = [_example_question(doc)]
+    with mlflow.start_run(run_id=run_id):
+        return mlflow.pyfunc.log_model(
+            name="model", python_model=ComposerModel(), artifacts=artifacts,
+            signature=signature(), input_example=example,
+            pip_requirements=requirements(_dense(doc["pipeline"])), registered_model_name=name,
+            metadata={"composer": {"study": doc["provenance"]["study"], "trial": doc["provenance"]["trial"]}},
+        )
+
+
+def _example_question(doc: dict[str, Any]) -> str:
+    """The study's first question (the model's input example), or a neutral one if its file is gone."""
+    from composer.data import load_questions
+
+    source = doc["provenance"].get("questions")
+    try:
+        questions = list(load_questions(source)) if source else []
+    except (InputError, OSError):
+        questions = []
+    return questions[0].question if questions else "What is this collection about?"
+
+
+def requirements(dense: bool) -> list[str]:
+    """The model's pip requirements: Composer and the libraries it runs on, pinned at installed versions."""
+    pins = []
+    for package in _PINNED + (_DENSE if dense else ()):
+        try:
+            pins.append(f"{package}=={importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return pins
+
+
+def model_tags(doc: dict[str, Any]) -> dict[str, str]:
+    """The model version's tags: what the winner was chosen on, and how it held up."""
+    prov, scores = doc["provenance"], doc["scores"]
+    tags = {
+        "composer.study": str(prov["study"]), "composer.trial": str(prov["trial"]),
+        "composer.objective": json.dumps(doc["objective"], sort_keys=True),
+        "composer.selection_composite": str(scores.get("composite")),
+        "composer.composer_version": str(prov["composer_version"]),
+    }
+    for key in ("corpus_fingerprint", "questions_fingerprint", "selection_fingerprint", "index_key"):
+        tags[f"composer.{key}"] = str(prov.get(key))
+    held = HeldOut.from_dict(doc.get("held_out"))
+    if held is not None and held.winner is not None:
+        tags["composer.held_out_composite"] = str(held.winner.held_out_composite)
+        tags["composer.held_out_questions"] = str(held.n_questions)
+    if held is not None and held.difference is not None:
+        tags["composer.held_out_verdict"] = held.difference.verdict
+    return tags
+
+
+def describe(doc: dict[str, Any], embedder: dict[str, str]) -> str:
+    """The model version's description: the tags in sentences."""
+    tags = model_tags(doc)
+    lines = [f"Winner of Composer study '{tags['composer.study']}' (trial #{tags['composer.trial']}), "
+             f"selection composite {tags['composer.selection_composite']}.",
+             f"Objective: {tags['composer.objective']}."]
+    if "composer.held_out_composite" in tags:
+        verdict = tags.get("composer.held_out_verdict", "not compared")
+        lines.append(f"Held-out composite {tags['composer.held_out_composite']} on "
+                     f"{tags['composer.held_out_questions']} questions; really better than the runner-up: "
+                     f"{verdict}.")
+    lines.append(f"Corpus {tags['composer.corpus_fingerprint']}, questions "
+                 f"{tags['composer.questions_fingerprint']}. "
+                 f"Embedding model: {embedder['composer.embedder']}.")
+    return "\n".join(lines)

@@ -1,0 +1,240 @@
+"""The winner as a registered MLflow model: `composer export --register NAME --promote` logs a pyfunc model
+that carries its index, so `models:/NAME@champion` answers in a fresh process with the study's work dir
+and corpus gone, through `mlflow.pyfunc`, `mlflow models serve` and `composer serve`'s loader."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from sample_study import SAMPLE, write_sample_study
+from typer.testing import CliRunner
+
+from composer.cli.app import app
+from composer.study.experiment import load_experiment
+
+SPACE = """
+dimensions:
+  retrieval.mode: {choices: [bm25]}
+  retrieval.k: {choices: [3, 5]}
+"""
+EXPERIMENT = """
+name: reg
+corpus: {corpus}
+questions: questions.jsonl
+search_space: space.yaml
+objective: {{k: 5, metrics: {{recall: 1, token_f1: 1}}}}
+sampler: {{name: random, seed: 0}}
+split: {{held_out: 0.3, seed: 1}}
+"""
+QUESTION = "متى ولد جمال خاشقجي؟"
+LOAD = """
+import json, sys
+import mlflow.pyfunc
+model = mlflow.pyfunc.load_model(sys.argv[1])
+import pandas as pd
+rows = model.predict([sys.argv[2]])
+assert model.predict(pd.DataFrame({"question": [sys.argv[2]]})) == rows
+print(json.dumps(rows, ensure_ascii=False))
+"""
+
+
+def _env(tracking: str) -> dict[str, str]:
+    """The environment of a fresh process on ``tracking``, this venv's scripts (uvicorn) on its PATH."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    return {**os.environ, "MLFLOW_TRACKING_URI": tracking, "HF_HUB_OFFLINE": "1", "PATH": path}
+
+
+@pytest.fixture(scope="module")
+def registered(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """A finished study registered as `qa-model` and promoted: (tracking URI, work dir)."""
+    root = tmp_path_factory.mktemp("study")
+    shutil.copy(SAMPLE / "corpus.jsonl", root / "corpus.jsonl")  # a copy, to be moved away
+    experiment = EXPERIMENT.replace("{corpus}", "corpus.jsonl")
+    exp_file = write_sample_study(root, space=SPACE, experiment=experiment, n_questions=20)
+    runner = CliRunner()
+    result = runner.invoke(app, ["optimize", str(exp_file), "--n-trials", "2"])
+    assert result.exit_code == 0, result.output
+    exp = load_experiment(exp_file)
+    result = runner.invoke(app, ["export", "reg", "-e", str(exp_file), "--register", "qa-model", "--promote"])
+    assert result.exit_code == 0, result.output
+    assert "registered as models:/qa-model/1 (challenger, champion)" in result.output
+    return exp.tracking_uri, exp.work_dir
+
+
+def test_registry_entry_carries_aliases_tags_and_requirements(
+    registered: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mlflow.pyfunc
+    from mlflow import MlflowClient
+
+    from composer.study.study import composer_version
+
+    tracking, _ = registered
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)
+    requirements = Path(mlflow.pyfunc.get_model_dependencies("models:/qa-model@champion")).read_text("utf-8")
+    assert f"composer-rag=={composer_version()}" in requirements and "mlflow==" in requirements
+    outputs = mlflow.models.get_model_info("models:/qa-model@champion").signature.outputs.input_names()
+    assert outputs == ["answer", "contexts", "hits", "citations", "language", "refusal"]
+    client = MlflowClient(tracking)
+    champion = client.get_model_version_by_alias("qa-model", "champion")
+    assert client.get_model_version_by_alias("qa-model", "challenger").version == champion.version
+    tags = champion.tags
+    assert tags["composer.study"] == "reg" and tags["composer.trial"].isdigit()
+    assert tags["composer.corpus_fingerprint"] not in ("", "None")
+    assert float(tags["composer.held_out_composite"]) >= 0
+    assert tags["composer.held_out_verdict"]
+    assert tags["composer.embedder"] == "none (BM25 only)"
+    assert "Held-out composite" in str(champion.description)
+    run = client.get_run(str(champion.run_id))
+    assert run.data.tags["composer.trial"] == tags["composer.trial"]
+
+
+def test_champion_answers_in_a_fresh_process_without_work_dir_or_corpus(
+    registered: tuple[str, Path], tmp_path: Path
+) -> None:
+    import mlflow.pyfunc
+
+    from composer.api import load_pipeline
+
+    tracking, workdir = registered
+    os.environ["MLFLOW_TRACKING_URI"] = tracking
+    try:
+        model = mlflow.pyfunc.load_model("models:/qa-model@champion")
+        config = json.loads((Path(model._model_impl.context.artifacts["pipeline"])).read_text("utf-8"))
+    finally:
+        del os.environ["MLFLOW_TRACKING_URI"]
+    pipe = load_pipeline(config, workdir=workdir)
+    expected, answer = pipe.search(QUESTION), pipe.ask(QUESTION).text
+    # all but the MLflow store (database and artifacts) moved away: indexes, caches, Qdrant, corpus
+    away = [workdir / name for name in ("indexes", "cache", "qdrant", "optuna.db")] + [
+        workdir.parent / "corpus.jsonl"]
+    for path in away:
+        shutil.move(path, tmp_path / f"away-{path.name}")
+    try:
+        out = subprocess.run([sys.executable, "-c", LOAD, "models:/qa-model@champion", QUESTION],
+                             cwd=tmp_path, env=_env(tracking), capture_output=True, text=True, timeout=120)
+    finally:
+        for path in away:
+            shutil.move(tmp_path / f"away-{path.name}", path)
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(row) == {"answer", "contexts", "hits", "citations", "language", "refusal"}
+    assert [h["id"] for h in row["hits"]] == [h.id for h in expected]
+    assert row["answer"] == answer
+    assert row["language"] == "ar"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_mlflow_models_serve_answers_invocations(registered: tuple[str, Path], tmp_path: Path) -> None:
+    tracking, _ = registered
+    mlflow_cli = Path(sys.executable).with_name("mlflow")
+    if not mlflow_cli.exists():
+        pytest.skip("the mlflow CLI is not installed beside this Python")
+    port = _free_port()
+    server = subprocess.Popen([str(mlflow_cli), "models", "serve", "-m", "models:/qa-model@champion",
+                               "--env-manager", "local", "--host", "127.0.0.1", "--port", str(port)],
+                              cwd=tmp_path, env=_env(tracking), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE)
+    try:
+        body = json.dumps({"inputs": [QUESTION]}).encode()
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", body,
+                                                 {"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=30) as reply:
+                    answer = json.loads(reply.read())
+                break
+            except OSError:
+                assert server.poll() is None, server.stderr.read().decode() if server.stderr else ""
+                assert time.monotonic() < deadline, "mlflow models serve did not answer in 90 s"
+                time.sleep(0.5)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    (row,) = answer["predictions"]
+    assert row["answer"] and row["hits"]
+
+
+def test_composer_serve_loads_the_models_uri(
+    registered: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from composer.serve.engine import PipelineEngine, load_engine
+
+    tracking, _ = registered
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)
+    engine = load_engine("models:/qa-model@champion")
+    assert isinstance(engine, PipelineEngine)
+    assert engine.search(QUESTION, 3).value
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--register", "bad/name"], "a model name is"),
+    (["--promote"], "--register NAME"),
+])
+def test_bad_register_exits_2_with_one_line(registered: tuple[str, Path], args: list[str], message: str,
+                                            tmp_path: Path) -> None:
+    exp_file = write_sample_study(tmp_path, space=SPACE, experiment=EXPERIMENT, n_questions=5)
+    result = CliRunner().invoke(app, ["export", "reg", "-e", str(exp_file), *args])
+    assert result.exit_code == 2
+    assert message in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_study_without_a_finished_trial_exits_2(tmp_path: Path) -> None:
+    import optuna
+
+    exp_file = write_sample_study(tmp_path, space=SPACE, experiment=EXPERIMENT, n_questions=5)
+    exp = load_experiment(exp_file)
+    exp.work_dir.mkdir(parents=True, exist_ok=True)
+    optuna.create_study(study_name="reg", storage=exp.storage_url)
+    result = CliRunner().invoke(app, ["export", "reg", "-e", str(exp_file), "--register", "qa-model"])
+    assert result.exit_code == 2
+    assert "no completed trial" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_eval_config_reopens_the_saved_index_without_corpus(
+    registered: tuple[str, Path], tmp_path: Path
+) -> None:
+    _, workdir = registered
+    exp_file = workdir.parent / "experiment.yaml"
+    best = tmp_path / "best.yaml"
+    runner = CliRunner()
+    assert runner.invoke(app, ["export", "reg", "-e", str(exp_file), "-o", str(best)]).exit_code == 0
+    args = ["eval", str(workdir.parent / "questions.jsonl"), "--config", str(best), "--workdir", str(workdir),
+            "--json"]
+    without = runner.invoke(app, args)
+    assert without.exit_code == 0, without.output
+    indexed = runner.invoke(app, [*args, "--corpus", str(SAMPLE / "corpus.jsonl")])
+    assert indexed.exit_code == 0, indexed.output
+    scores = json.loads(without.stdout)["metrics"]
+    assert scores["recall@5"] > 0 and scores == json.loads(indexed.stdout)["metrics"]
+
+
+def test_study_result_registers_from_python(tmp_path: Path) -> None:
+    from mlflow import MlflowClient
+
+    import composer
+
+    experiment = EXPERIMENT.replace("name: reg", "name: py")
+    exp_file = write_sample_study(tmp_path, space=SPACE, experiment=experiment, n_questions=10)
+    result = composer.optimize(str(exp_file), n_trials=1)
+    done = result.register("py-model")
+    assert (done.name, done.version, done.promoted) == ("py-model", "1", False)
+    client = MlflowClient(result.tracking_uri)
+    assert str(client.get_model_version_by_alias("py-model", "challenger").version) == "1"
+    with pytest.raises(Exception, match="champion"):
+        client.get_model_version_by_alias("py-model", "champion")

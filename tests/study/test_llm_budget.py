@@ -1,0 +1,93 @@
+"""The study's LLM budget (``stop: {max_llm_calls, max_cost_usd}``) against the local fake server: the
+trial that crosses it stops, recorded as stopped by budget (never complete), the study ends with the best
+so far and says so, and the spend passes the budget by less than one batch."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+from fake_llm_server import FakeLLMServer
+from scripted_llm import ScriptedRAG
+from typer.testing import CliRunner
+
+from composer.cli.app import app
+from composer.data import load_questions
+from composer.record import TrialRecord
+from composer.study.budget import spent
+from composer.study.experiment import load_experiment
+from composer.study.fate import fate_of
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "arcd-sample"
+BATCH = 3
+SPACE = """
+defaults:
+  retrieval: {mode: bm25, k: 5}
+dimensions:
+  generation.template: {choices: [concise, grounded]}
+  generation.temperature: {choices: [0.0, 0.7]}
+"""
+EXPERIMENT = """
+name: budget
+corpus: {corpus}
+questions: questions.jsonl
+search_space: space.yaml
+objective: {{k: 5, metrics: {{recall: 1, answer_correctness: 1}}}}
+sampler: {{name: grid, seed: null}}
+pruner: none
+n_trials: 4
+batch_size: {batch}
+mlflow: {{traces: 0}}
+stop: {{max_llm_calls: {limit}}}
+llm:
+  model: openai/fake
+  api_base: {url}
+  api_key_env: COMPOSER_BUDGET_TEST_KEY
+  price: {{input: 1.0, output: 2.0}}
+judge:
+  metrics: [answer_correctness]
+"""
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[FakeLLMServer]:
+    lines = (EXAMPLE / "questions.jsonl").read_text(encoding="utf-8").splitlines()[:12]
+    (tmp_path / "questions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp_path / "space.yaml").write_text(SPACE, encoding="utf-8")
+    golds = {q.question: q.gold_answers[0] for q in load_questions(tmp_path / "questions.jsonl")}
+    os.environ["COMPOSER_BUDGET_TEST_KEY"] = "sk-budget-test"
+    with FakeLLMServer(ScriptedRAG(golds)) as srv:
+        yield srv
+    del os.environ["COMPOSER_BUDGET_TEST_KEY"]
+
+
+@pytest.mark.slow
+def test_budget_stops_the_crossing_trial_within_one_batch(tmp_path: Path, server: FakeLLMServer) -> None:
+    limit = 80  # the first trial makes ~50 requests (answers + judge); later ones fewer (judge cache hits)
+    exp_file = tmp_path / "budget.yaml"
+    exp_file.write_text(EXPERIMENT.format(corpus=EXAMPLE / "corpus.jsonl", url=server.url, batch=BATCH,
+                                          limit=limit), encoding="utf-8")
+    result = CliRunner().invoke(app, ["optimize", str(exp_file)])
+    assert result.exit_code == 0, result.output
+    assert "stopped: LLM budget spent" in " ".join(result.output.split())
+    assert "LLM $" in result.output and "(study $" in result.output  # each trial line: its cost, the total
+    study = optuna.load_study(study_name="budget", storage=load_experiment(exp_file).storage_url)
+    trials = study.get_trials(deepcopy=False)
+    fates = [fate_of(t) for t in trials]
+    assert fates.count("budget") == 1 and fates[-1] == "budget" and "complete" in fates, fates
+    stopped = trials[-1]
+    record = TrialRecord.of(stopped)
+    assert record is not None and record.composite is None and "LLM budget spent" in (record.error or "")
+    first = TrialRecord.of(trials[0])  # the dearest trial: nothing of it was cached
+    assert first is not None
+    per_batch = first.llm_usage["llm_requests"] * BATCH / 12
+    cost, requests = spent(trials)
+    assert limit <= requests < limit + per_batch
+    assert cost > 0
