@@ -291,10 +291,10 @@ def use_wal(database: str | Path) -> None:
     connects to it in this process (Optuna's storage), as the caches above: a commit then costs
     microseconds instead of an fsync (3.7 ms here), and a study commits several times per trial; readers
     never block the writer. A crash of the process loses nothing committed; only a power cut may lose the
-    last transactions. The MLflow writer opens its local store so too (a trial's run is ~7 commits);
-    the MLflow UI and users' notebooks read it in WAL mode as it is, with their own settings.
-    A full disk is then raised as a NoSpaceError naming the file of whichever SQLite database SQLAlchemy
-    writes in this process (MLflow's too): SQLite's own error names none."""
+    last transactions. The MLflow store is left as MLflow opens it: the MLflow UI and users' notebooks
+    read it too, with connection pools of their own. A full disk is then raised as a NoSpaceError naming
+    the file of whichever SQLite database SQLAlchemy writes in this process (MLflow's too): SQLite's own
+    error names none."""
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
