@@ -51,8 +51,9 @@ K = 10
 DEFAULT_CACHE = Path.home() / ".cache" / "composer-bench" / "scale"
 
 
-def corpus_file(n_chunks: int, cache: Path) -> Path:
-    """ARCD plus distractors up to ~``n_chunks`` paragraph chunks (written once, seeded)."""
+def corpus_file(n_chunks: int, cache: Path, arcd: Path = ARCD) -> Path:
+    """ARCD (the folder ``arcd``) plus distractors up to ~``n_chunks`` paragraph chunks (written once,
+    seeded)."""
     from composer.chunking.chunk import chunk_document
     from composer.chunking.config import ChunkingConfig
     from composer.data import Document
@@ -61,7 +62,7 @@ def corpus_file(n_chunks: int, cache: Path) -> Path:
     if path.exists():
         return path
     cache.mkdir(parents=True, exist_ok=True)
-    rows = [json.loads(line) for line in (ARCD / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows = [json.loads(line) for line in (arcd / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
     cfg = ChunkingConfig()
     rng = random.Random(SEED)
     paragraphs = [p for row in rows for p in row["text"].split("\n\n") if p.strip()]

@@ -23,9 +23,12 @@ BASE_EXPERIMENT: dict[str, Any] = {
 }
 
 
-def _write_questions(root: Path, n_questions: int) -> None:
+def write_questions(root: Path, n_questions: int) -> Path:
+    """``root/questions.jsonl``: the sample's first ``n_questions``; returns its path."""
     lines = (SAMPLE / "questions.jsonl").read_text(encoding="utf-8").splitlines()[:n_questions]
-    (root / "questions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path = root / "questions.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
 
 
 def write_space(root: Path, dims: dict[str, Any], *, defaults: dict[str, Any] | None = None,
@@ -37,15 +40,17 @@ def write_space(root: Path, dims: dict[str, Any], *, defaults: dict[str, Any] | 
     return path
 
 
-def write_experiment(root: Path, *, dims: dict[str, Any] | None = None, n_questions: int = 20,
-                     **fields: Any) -> Path:
-    """``questions.jsonl`` (the sample's first ``n_questions``), ``space.yaml`` (``dims``, else BM25 over
-    two k) and ``experiment.yaml`` in ``root``: BASE_EXPERIMENT on the sample corpus with ``fields`` over it
-    (a field given as None is left out). Returns the experiment's path."""
-    _write_questions(root, n_questions)
-    write_space(root, BM25_DIMS if dims is None else dims)
+def write_experiment(root: Path, *, dims: dict[str, Any] | None = None,
+                     defaults: dict[str, Any] | None = None, n_questions: int = 20,
+                     file: str = "experiment.yaml", **fields: Any) -> Path:
+    """``questions.jsonl`` (the sample's first ``n_questions``), the search space (``dims``, else BM25 over
+    two k, with ``defaults``) in the file its ``search_space`` field names, and ``file`` in ``root``:
+    BASE_EXPERIMENT on the sample corpus with ``fields`` over it (a field given as None is left out).
+    Several experiments may share one ``root``. Returns the experiment's path."""
+    write_questions(root, n_questions)
     experiment = {"corpus": str(SAMPLE / "corpus.jsonl"), **BASE_EXPERIMENT, **fields}
-    path = root / "experiment.yaml"
+    write_space(root, BM25_DIMS if dims is None else dims, defaults=defaults, name=experiment["search_space"])
+    path = root / file
     kept = {key: value for key, value in experiment.items() if value is not None}
     path.write_text(yaml.safe_dump(kept, sort_keys=False, allow_unicode=True), encoding="utf-8")
     return path
@@ -54,7 +59,7 @@ def write_experiment(root: Path, *, dims: dict[str, Any] | None = None, n_questi
 def write_sample_study(root: Path, *, space: str, experiment: str, n_questions: int) -> Path:
     """As ``write_experiment``, from YAML text: ``experiment`` is formatted with ``corpus``, the sample
     corpus. For the tests whose files are their subject (comments, flow style, text replaced)."""
-    _write_questions(root, n_questions)
+    write_questions(root, n_questions)
     (root / "space.yaml").write_text(space, encoding="utf-8")
     path = root / "experiment.yaml"
     path.write_text(experiment.format(corpus=SAMPLE / "corpus.jsonl"), encoding="utf-8")

@@ -61,7 +61,8 @@ def export_command(
                                register, promote=promote)
         aliases = "challenger, champion" if promote else "challenger"
         console.print(f"trial #{chosen.number}{score} registered as {done.uri} ({aliases}), logged on run "
-                      f"{done.run_id}", markup=False, highlight=False)
+                      f"{done.run_id}\n  index: {done.index}\n  embedding model: {done.embedder}",
+                      markup=False, highlight=False)
     if trial is None:
         warning = runner_up_warning(loaded.user_attrs.get("held_out"), chosen.number)
         if warning:

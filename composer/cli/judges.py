@@ -1,22 +1,26 @@
-"""`composer judges check|tune`: can the judge be trusted? Measure its agreement with human labels, and
-search for a judge (model, prompt variant, few-shot examples) that agrees better."""
+"""`composer judges check|tune|labels`: can the judge be trusted? Measure its agreement with human labels,
+search for a judge (model, prompt variant, few-shot examples) that agrees better, and collect people's
+labels into one labels file (from their feedback in the MLflow UI, or a labels file checked)."""
 
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
 from composer.cli.options import WORKDIR, flag
+from composer.errors import InputError
 
 if TYPE_CHECKING:
     from composer.judges.labels import Label
 
 judges_app = typer.Typer(
     name="judges",
-    help="Check LLM judges against human labels (`check`), or search for a better one (`tune`).",
+    help="Check LLM judges against human labels (`check`), search for a better one (`tune`), collect "
+    "labels (`labels`).",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -24,7 +28,8 @@ judges_app = typer.Typer(
 LABELS = typer.Argument(
     ...,
     help="Labels: JSONL/JSON/CSV/XLSX/Parquet, one labelled answer per row (id, question, answer, "
-    "contexts, reference_answer, metric, label 0/1 or 1-5, rationale); `composer label` writes one.",
+    "contexts, reference_answer, metric, label 0/1 or 1-5, rationale); `composer label` writes a sheet to "
+    "fill in, `composer judges labels` collects one.",
 )
 QUESTIONS = typer.Option(
     None, "--questions", help="Question set that fills each label's question and reference_answer by id."
@@ -156,6 +161,64 @@ def tune_command(
         markup=False,
         highlight=False,
     )
+
+
+@judges_app.command("labels")
+def labels_command(
+    out: Path = typer.Argument(..., help="Labels file to write (JSON Lines)."),
+    experiment: str | None = typer.Option(
+        None,
+        "--experiment",
+        help="MLflow experiment whose traces carry human feedback (source HUMAN) named "
+        "after a judged metric (faithfulness, answer_correctness, llm_judge_rating...).",
+    ),
+    tracking_uri: str | None = typer.Option(
+        None, "--tracking-uri", help="MLflow tracking URI (default: sqlite:///<workdir>/mlflow.db)."
+    ),
+    labels: Path | None = typer.Option(None, "--labels", help="A labels file to check and complete instead."),
+    questions: Path | None = QUESTIONS,
+    workdir: Path = WORKDIR,
+) -> None:
+    """Write a labels file (one labelled answer per line) from MLflow human feedback or a labels file."""
+    import json
+
+    from composer.files import write_atomic
+    from composer.judges.labels import labels_from_mlflow
+
+    if (experiment is None) == (labels is None):
+        raise InputError("give exactly one of --experiment NAME (MLflow feedback) or --labels FILE")
+    found: list[Label]
+    if experiment is not None:
+        uri = tracking_uri or f"sqlite:///{workdir.resolve()}/mlflow.db"
+        found = labels_from_mlflow(uri, experiment)
+        if not found:
+            raise InputError(
+                f"no human feedback named after a judged metric on the traces of {experiment!r}",
+                field="experiment",
+            )
+    else:
+        assert labels is not None
+        found = read_labels(labels, questions)
+    lines = [json.dumps(label_row(lb), ensure_ascii=False) for lb in found]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(out, "\n".join(lines) + "\n")
+    counts = ", ".join(f"{m} {n}" for m, n in Counter(lb.metric for lb in found).most_common())
+    typer.echo(f"{len(found)} labels written to {out} ({counts})")
+
+
+def label_row(label: Label) -> dict[str, object]:
+    """A label as a row of the labels file (what ``load_labels`` reads back)."""
+    row: dict[str, object] = {
+        "id": label.id,
+        "question": label.question,
+        "answer": label.answer,
+        "contexts": list(label.contexts),
+        "reference_answer": label.reference_answer,
+        "metric": label.metric,
+        "label": label.label,
+        "rationale": label.rationale,
+    }
+    return {k: v for k, v in row.items() if v is not None}
 
 
 def read_labels(labels: Path, questions: Path | None) -> list[Label]:

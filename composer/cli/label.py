@@ -1,76 +1,63 @@
-"""`composer label`: collect human labels into one labels file for `composer judges check|tune`: from the
-feedback people gave on a study's traces in the MLflow UI, or from a labels file (checked, questions
-filled in by id)."""
+"""`composer label`: a sheet of a study's answers for people to label (CSV to fill in, HTML to read), so
+the judge can be checked against them; `composer judges labels` collects labels given in MLflow."""
 
 from __future__ import annotations
 
-import json
-from collections import Counter
+import os
+import urllib.parse
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
-from composer.cli.options import WORKDIR
-from composer.errors import InputError
-
-if TYPE_CHECKING:
-    from composer.judges.labels import Label
+from composer.cli.options import EXPERIMENT, STORAGE, STUDY
 
 
 def label_command(
-    out: Path = typer.Argument(..., help="Labels file to write (JSON Lines)."),
-    experiment: str | None = typer.Option(
-        None,
-        "--experiment",
-        help="MLflow experiment whose traces carry human feedback (source HUMAN) named "
-        "after a judged metric (faithfulness, answer_correctness, llm_judge_rating...).",
+    study: str | None = STUDY,
+    experiment: Path | None = EXPERIMENT,
+    storage: str | None = STORAGE,
+    trial: int | None = typer.Option(None, "--trial", min=0, help="Draw the answers from this trial only."),
+    n: int = typer.Option(60, "--n", min=1, help="How many answers to label."),
+    metric: str | None = typer.Option(
+        None, "--metric", help="The judged metric to label (default: the judge's first, else faithfulness)."
     ),
-    tracking_uri: str | None = typer.Option(
-        None, "--tracking-uri", help="MLflow tracking URI (default: sqlite:///<workdir>/mlflow.db)."
+    seed: int = typer.Option(0, "--seed", help="Seed of the draw (the same seed draws the same sheet)."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Folder for labels.csv and labels.html (default: <workdir>/<study>-labels)."
     ),
-    labels: Path | None = typer.Option(None, "--labels", help="A labels file to check and complete instead."),
-    questions: Path | None = typer.Option(
-        None, "--questions", help="Question set that fills each label's question and reference_answer by id."
+    ui_url: str | None = typer.Option(
+        None, "--ui-url", help="MLflow UI the trace links point to (default: as `composer report`)."
     ),
-    workdir: Path = WORKDIR,
 ) -> None:
-    """Write a labels file (one labelled answer per line) from MLflow human feedback or a labels file."""
-    from composer.cli.judges import read_labels
-    from composer.files import write_atomic
-    from composer.judges.labels import labels_from_mlflow
+    """Write a labelling sheet: answers drawn across the study's trials (best to worst) and the judge's
+    scores (bad, middling, good), or from one trial, as labels.csv (fill in its label column; then it is a
+    labels file for `composer judges check`) and labels.html (each text in its own direction); prints the
+    MLflow UI links to the trials' traces, for labelling there instead."""
+    from composer.cli.report import ui_base
+    from composer.errors import ConfigError
+    from composer.judges.sheet import labelling_sheet
+    from composer.study.experiment import locate_study
 
-    if (experiment is None) == (labels is None):
-        raise InputError("give exactly one of --experiment NAME (MLflow feedback) or --labels FILE")
-    found: list[Label]
-    if experiment is not None:
-        uri = tracking_uri or f"sqlite:///{workdir.resolve()}/mlflow.db"
-        found = labels_from_mlflow(uri, experiment)
-        if not found:
-            raise InputError(
-                f"no human feedback named after a judged metric on the traces of {experiment!r}",
-                field="experiment",
-            )
-    else:
-        assert labels is not None
-        found = read_labels(labels, questions)
-    lines = [json.dumps(label_row(lb), ensure_ascii=False) for lb in found]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(out, "\n".join(lines) + "\n")
-    counts = ", ".join(f"{m} {n}" for m, n in Counter(lb.metric for lb in found).most_common())
-    typer.echo(f"{len(found)} labels written to {out} ({counts})")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per artifact read
+    name, url, exp = locate_study(study, experiment, storage)
+    if exp is None:
+        raise ConfigError("give --experiment EXPERIMENT.yaml: the sheet reads its MLflow store",
+                          field="experiment")
+    base = ui_base(exp.tracking_uri, ui_url)
+    sheet = labelling_sheet(exp, name, storage=url, trial=trial, n=n, metric=metric, seed=seed)
+    table, page = sheet.save(out or exp.work_dir / f"{name}-labels")
+    trials = len(sheet.runs)
+    typer.echo(f"{len(sheet.rows)} answers from {trials} trial{'s' * (trials != 1)} to label for "
+               f"{sheet.metric}: fill in the label column of {table} (read them in {page})")
+    if sheet.missing_contexts:
+        typer.echo(f"{sheet.missing_contexts} answers lack their passages (MLflow holds no texts of their "
+                   "index)")
+    typer.echo("or label in the MLflow UI (feedback named after the metric; then `composer judges labels`):")
+    for number, run_id in sheet.runs.items():
+        typer.echo(f"  trial {number}: {traces_url(base, sheet.experiment_id, run_id)}")
 
 
-def label_row(label: Label) -> dict[str, object]:
-    """A label as a row of the labels file (what ``load_labels`` reads back)."""
-    row: dict[str, object] = {
-        "id": label.id,
-        "question": label.question,
-        "answer": label.answer,
-        "contexts": list(label.contexts),
-        "reference_answer": label.reference_answer,
-        "metric": label.metric,
-        "label": label.label,
-        "rationale": label.rationale,
-    }
-    return {k: v for k, v in row.items() if v is not None}
+def traces_url(base: str, experiment_id: str, run_id: str) -> str:
+    """The traces tab of a trial's run in the MLflow UI: one trace per question, its metrics as feedback."""
+    quote = urllib.parse.quote
+    return f"{base}/#/experiments/{quote(experiment_id)}/runs/{quote(run_id)}/traces"

@@ -64,29 +64,30 @@ def render_report(study: optuna.Study, exp: ExperimentConfig, ui_url: str | None
     """The page's HTML: every value escaped, the charts as inline PNG, MLflow runs linked in the UI at
     ``ui_url`` (see ``ui_base``)."""
     from composer.study import _report
-    from composer.study.leaderboard import leaderboard
+    from composer.study.leaderboard import WEIGHTS_ATTR, leaderboard
 
     base = ui_base(exp.tracking_uri, ui_url)
     board = leaderboard(study)
     trials = study.get_trials(deepcopy=False)
     charts = _report.plots(study, exp)
     best = None if board.empty or board.iloc[0]["state"] != "COMPLETE" else int(board.iloc[0]["trial"])
-    weights = dict(study.user_attrs.get("objective_weights", {}))
+    weights = dict(study.user_attrs.get(WEIGHTS_ATTR, {}))
     runs = _mlflow_runs(exp, study.study_name, base)
     title = f"Composer study {study.study_name}"
+    totals = _report.llm_totals(trials)
     headline = "none" if best is None else f"trial #{best}, composite {float(board.iloc[0]['composite']):.4f}"
     parts = [
         f"<h1>{html.escape(title)}</h1>",
         f"<p>{len(board)} finished trials; best: {headline}"
         + f". Objective weights: {html.escape(', '.join(f'{k} {w:.2f}' for k, w in weights.items()))}. "
-        + html.escape(_cost_line(_report.llm_totals(trials))) + "</p>",
+        + html.escape(_cost_line(totals)) + "</p>",
         _mlflow_line(runs, exp),
         "<h2>Held-out verdict</h2>",
         _held_out_section(study.user_attrs.get("held_out")),
         "<h2>Can the judge be trusted?</h2>",
         _judge_section(study.user_attrs.get("judge_agreement")),
         "<h2>Leaderboard</h2>",
-        _leaderboard_table(board, _costs(trials), runs),
+        _leaderboard_table(board, _usage(trials), totals, runs),
         f"<h2>95% bootstrap confidence intervals (top {TOP})</h2>",
         _intervals_table(board, list(weights), runs),
     ]
@@ -157,7 +158,7 @@ def _mlflow_runs(exp: ExperimentConfig, study: str, base: str) -> StudyRuns | No
     from mlflow import MlflowClient
 
     from composer.store import sqlite_file
-    from composer.tracking.runs import ROLE_TAG, STUDY_TAG, TRIAL_TAG
+    from composer.tracking.runs import study_runs
 
     file = sqlite_file(exp.tracking_uri)
     if file is not None and not file.exists():
@@ -166,13 +167,8 @@ def _mlflow_runs(exp: ExperimentConfig, study: str, base: str) -> StudyRuns | No
     found = client.get_experiment_by_name(exp.mlflow_experiment)
     if found is None:
         return None
-    runs = client.search_runs([found.experiment_id], filter_string=f"tags.`{STUDY_TAG}` = '{study}'",
-                              max_results=50000)
-    ordered = sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))
-    parents = [r.info.run_id for r in ordered if r.data.tags.get(ROLE_TAG) == "study"]
-    trials = {int(r.data.tags[TRIAL_TAG]): str(r.info.run_id) for r in ordered
-              if r.data.tags.get(ROLE_TAG) == "trial" and r.data.tags.get(TRIAL_TAG, "").isdigit()}
-    return StudyRuns(client, base, str(found.experiment_id), str(parents[0]) if parents else None, trials)
+    parent, trials = study_runs(client, str(found.experiment_id), study)
+    return StudyRuns(client, base, str(found.experiment_id), parent, trials)
 
 
 def _mlflow_line(runs: StudyRuns | None, exp: ExperimentConfig) -> str:
@@ -197,12 +193,18 @@ def _cost_line(llm: dict[str, float]) -> str:
             f"calls, {llm.get('llm_cached_calls', 0.0):.0f} from the cache).")
 
 
-def _costs(trials: list[optuna.trial.FrozenTrial]) -> dict[int, float]:
-    """Each trial's own LLM cost (trials that called no LLM are left out)."""
+LLM_COLUMNS = {"llm_cost_usd": "LLM cost (USD)", "llm_prompt_tokens": "LLM input tokens",
+               "llm_completion_tokens": "LLM output tokens"}
+"""The leaderboard's LLM columns: what each trial's own calls cost and sent (pruned and failed trials'
+too), apart from ``context_tokens``, the retrieved text each question puts before the generator."""
+
+
+def _usage(trials: list[optuna.trial.FrozenTrial]) -> dict[int, dict[str, float]]:
+    """Each trial's own LLM usage (trials that called no LLM are left out)."""
     from composer.record import TrialRecord
 
-    return {t.number: float(r.llm_usage["llm_cost_usd"]) for t in trials
-            if (r := TrialRecord.of(t)) is not None and "llm_cost_usd" in r.llm_usage}
+    return {t.number: dict(record.llm_usage) for t in trials
+            if (record := TrialRecord.of(t)) is not None and record.llm_usage}
 
 
 def _held_out_section(stored: Any) -> str:
@@ -249,9 +251,12 @@ def _judge_section(stored: Any) -> str:
     return "\n".join(parts)
 
 
-def _leaderboard_table(board: pd.DataFrame, costs: dict[int, float], runs: StudyRuns | None) -> str:
-    """The leaderboard, each trial linked to its MLflow run, with its LLM cost."""
-    columns = [c for c in board.columns if c != "index_key"]
+def _leaderboard_table(
+    board: pd.DataFrame, usage: dict[int, dict[str, float]], totals: dict[str, float], runs: StudyRuns | None
+) -> str:
+    """The leaderboard, each trial linked to its MLflow run, with its LLM cost and tokens, and a last row
+    of the study's totals (every trial's, as the cost line above)."""
+    columns = [c for c in board.columns if c not in ("index_key", "llm_cost_usd")]
     rows = []
     for row in board[columns].itertuples(index=False):
         cells: list[Any] = list(row)
@@ -260,9 +265,19 @@ def _leaderboard_table(board: pd.DataFrame, costs: dict[int, float], runs: Study
             cells[0] = runs.link(runs.trials[number], str(number))
         duplicate = cells[columns.index("duplicate_of")]
         cells[columns.index("duplicate_of")] = None if _blank(duplicate) else f"#{int(duplicate)}"
-        cost = costs.get(number)
-        rows.append([*cells, None if cost is None else f"{cost:.6f}"])
-    return _table([*columns, "llm_cost_usd"], rows)
+        rows.append([*cells, *_llm_cells(usage.get(number))])
+    if totals:
+        rows.append(["total", *([None] * (len(columns) - 1)), *_llm_cells(totals)])
+    headers = ["context tokens" if column == "context_tokens" else column for column in columns]
+    return _table([*headers, *LLM_COLUMNS.values()], rows)
+
+
+def _llm_cells(usage: dict[str, float] | None) -> list[str | None]:
+    """A row's LLM cells: the cost to the micro-dollar, the tokens whole; blank without LLM calls."""
+    if usage is None:
+        return [None] * len(LLM_COLUMNS)
+    return [f"{usage.get(key, 0.0):.6f}" if key == "llm_cost_usd" else f"{usage.get(key, 0.0):.0f}"
+            for key in LLM_COLUMNS]
 
 
 def _intervals_table(board: pd.DataFrame, metrics: list[str], runs: StudyRuns | None) -> str:

@@ -2,10 +2,13 @@
 
 The model's artifacts are the pipeline config (``pipeline.json``), the saved index it searches (the folder
 ``composer.pipeline.saved`` writes: chunks, fitted BM25, arrays) and, when the embedding model is a local
-folder, a copy of it; ``composer.json`` says where a Qdrant server index lives (URL, collection, the name
-of the key's variable, never the key). Loading puts the saved index into a fresh work dir and reopens it
-there, so ``mlflow.pyfunc.load_model("models:/NAME@champion").predict(...)`` answers in any process
-without the study's work dir or its corpus. ``composer serve`` finds the pipeline as ``.pipeline``.
+folder, a copy of it. Loading puts the saved index into a fresh work dir and reopens it there, filling a
+Qdrant Edge collection from its arrays (no corpus, no analysis), so
+``mlflow.pyfunc.load_model("models:/NAME@champion").predict(...)`` answers in any process without the
+study's work dir or its corpus. A Qdrant server's collection is not copied: ``composer.json`` references
+it (URL, collection, the name of the key's variable, never the key) and loading opens it there; the saved
+index still travels, since Composer's chunk table, BM25 state and rescoring vectors are not in the
+collection. ``composer serve`` finds the pipeline as ``.pipeline``.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from typing import Any
 
 from mlflow.pyfunc import PythonModel
 
+from composer.errors import ComposerError
 from composer.pipeline.pipeline import Pipeline
-from composer.pipeline.saved import SAVED_DIR, read_record
+from composer.pipeline.saved import RECORD, SAVED_DIR, read_record
 
 OUTPUT_FIELDS = ("answer", "contexts", "hits", "citations", "language", "refusal")
 """What ``predict`` returns per question."""
@@ -92,20 +96,34 @@ def questions_of(model_input: Any) -> list[str]:
 
 def open_pipeline(artifacts: Mapping[str, str]) -> Pipeline:
     """The pipeline of the model whose artifacts are ``artifacts``, its saved index reopened in a fresh
-    work dir (linked, not copied: the arrays are mapped read-only)."""
+    work dir (linked, not copied: the arrays are mapped read-only): its Qdrant Edge collection filled from
+    them there (no corpus, no analysis), or the Qdrant server collection it references opened."""
     config = json.loads(Path(artifacts["pipeline"]).read_text(encoding="utf-8"))
-    meta = json.loads(Path(artifacts["composer"]).read_text(encoding="utf-8"))
-    index = Path(artifacts["index"])
+    server = json.loads(Path(artifacts["composer"]).read_text(encoding="utf-8")).get("qdrant")
+    index = Path(artifacts["index"]).resolve()
+    record = read_record(index)
     workdir = Path(tempfile.mkdtemp(prefix="composer-model-"))
-    (workdir / SAVED_DIR).mkdir()
-    (workdir / SAVED_DIR / read_record(index)["key"]).symlink_to(index.resolve(), target_is_directory=True)
-    if "embedder" in artifacts:  # a local model folder, copied with the model under its own name
-        config["embedding"] = {**config["embedding"], "model": str(Path(artifacts["embedder"]).resolve())}
-    server = meta.get("qdrant")
+    saved = workdir / SAVED_DIR / record["key"]
+    saved.parent.mkdir()
+    if "embedder" not in artifacts:
+        saved.symlink_to(index, target_is_directory=True)
+    else:  # a local model folder, copied with the model: the config and the index's record name the copy
+        model = str(Path(artifacts["embedder"]).resolve())
+        config["embedding"] = {**config["embedding"], "model": model}
+        record["settings"]["embedding"]["model"] = model
+        saved.mkdir()
+        for part in index.iterdir():
+            if part.name != RECORD:
+                (saved / part.name).symlink_to(part)
+        (saved / RECORD).write_text(json.dumps(record, ensure_ascii=False), encoding="utf-8")
     api_key = None
     if server is not None and server.get("api_key_env"):
         api_key = os.environ.get(server["api_key_env"])
     pipe = Pipeline.from_config(config, workdir=workdir, qdrant=None if server is None else server["url"],
                                 api_key=api_key)
+    if server is not None and not pipe.workspace.backend.exists(server["collection"]):
+        raise ComposerError(f"the model's index is the collection {server['collection']!r} on "
+                            f"{server['url']} (referenced, not copied), which is absent or unfinished there "
+                            f"(API key from ${server.get('api_key_env')})")
     pipe.handle  # noqa: B018 -- opened now: a broken model fails at load, not at the first question
     return pipe

@@ -229,3 +229,54 @@ class ConditionalGridSampler(BaseSampler):
             return kind == "invalid" or (kind == "error" and t.system_attrs.get(WORKER_ATTR) == me)
 
         return {t.system_attrs[GRID_ID] for t in trials if GRID_ID in t.system_attrs and holds(t)}
+
+
+PIN_ATTR = "composer.pin"
+"""Trial system attribute: the index of the stage-1 configuration a staged study's stage-2 trial runs on."""
+
+
+class PinnedSampler(BaseSampler):
+    """Stage 2 of a staged study (``composer.study.staged``): each trial runs on one of ``pins`` (stage 1's
+    best retrieval configurations, as parameters), the one the fewest trials have run on so far (the best
+    first on a tie), and ``base`` samples every other parameter. Pinned parameters are kept out of the
+    relative search space, so no multivariate sampler proposes a retrieval configuration of its own."""
+
+    def __init__(self, base: BaseSampler, pins: Sequence[dict[str, Any]]) -> None:
+        self.base = base
+        self.pins = [dict(p) for p in pins]
+        self.keys = frozenset(k for p in self.pins for k in p)
+        self._assigned: dict[int, int] = {}
+
+    def before_trial(self, study: Study, trial: FrozenTrial) -> None:
+        self.base.before_trial(study, trial)
+        pin = trial.system_attrs.get(PIN_ATTR)
+        if pin is None:
+            taken = [t.system_attrs.get(PIN_ATTR) for t in _optuna.all_trials(study)]
+            pin = min(range(len(self.pins)), key=lambda i: (taken.count(i), i))
+            _optuna.set_system_attr(study, trial, PIN_ATTR, pin)
+        self._assigned[trial.number] = pin
+
+    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        space = self.base.infer_relative_search_space(study, trial)
+        return {name: dist for name, dist in space.items() if name not in self.keys}
+
+    def sample_relative(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        return self.base.sample_relative(study, trial, search_space)
+
+    def sample_independent(
+        self, study: Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        pin = self.pins[self._assigned.get(trial.number, trial.system_attrs.get(PIN_ATTR, 0))]
+        if param_name in pin:
+            return pin[param_name]
+        return self.base.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(
+        self, study: Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
+    ) -> None:
+        self.base.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.base.reseed_rng()

@@ -158,6 +158,22 @@ class StopConfig(_Strict):
     )
 
 
+class StagesConfig(_Strict):
+    """How ``strategy: staged`` splits ``n_trials``: stage 1 searches the retrieval dimensions on the
+    objective's retrieval metrics (no LLM call), stage 2 the generation dimensions over stage 1's best."""
+
+    retrieval_trials: int | None = Field(
+        default=None, ge=1,
+        description="Trials of stage 1 (retrieval dimensions, retrieval metrics, no LLM call); default "
+        "half of n_trials. Stage 2 runs the rest.",
+    )
+    top_n: int = Field(
+        default=3, ge=1,
+        description="Distinct best stage-1 retrieval configurations that stage 2 crosses with the "
+        "generation dimensions.",
+    )
+
+
 class MlflowConfig(_Strict):
     tracking_uri: str | None = Field(default=None, description="Default: sqlite:///<workdir>/mlflow.db")
     experiment: str | None = Field(default=None, description="MLflow experiment; default the study name.")
@@ -209,6 +225,13 @@ class ExperimentConfig(_Strict):
     storage: str | None = Field(default=None, description="Optuna RDB URL; default sqlite:///<workdir>/optuna.db")
     heartbeat_interval: int = Field(default=60, ge=1, description="Seconds; a trial silent for 2x is failed.")
     stop: StopConfig = StopConfig()
+    strategy: Literal["joint", "staged"] = Field(
+        default="joint",
+        description="joint: one search over every dimension; staged: the retrieval dimensions first, on "
+        "the retrieval metrics alone (no LLM call, a study of its own, <name>.retrieval), then LLM calls "
+        "only for stages.top_n best retrieval configurations crossed with the generation dimensions.",
+    )
+    stages: StagesConfig = StagesConfig()
     mlflow: MlflowConfig = MlflowConfig()
     qdrant: str | None = Field(default=None, description="Qdrant url or ':memory:'; default Qdrant Edge.")
     workdir: Path | None = None
@@ -251,6 +274,9 @@ class ExperimentConfig(_Strict):
             raise ValueError("give questions (a file) or synth (generate them), one of the two")
         if self.corpus is None and (self.system is None or self.synth is not None):
             raise ValueError("give the corpus (only a system: that searches its own may go without one)")
+        if "stages" in self.model_fields_set and self.strategy != "staged":
+            raise ValueError("stages: applies to strategy: staged only (add strategy: staged, or remove "
+                             "stages:)")
         return self
 
     # Resolved locations --------------------------------------------------------------------------

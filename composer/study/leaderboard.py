@@ -17,13 +17,25 @@ if TYPE_CHECKING:
 
 STUDY_ATTR = "composer"
 """Study user attribute holding the study's provenance (data, fingerprints, cutoff); see study.py."""
+WEIGHTS_ATTR = "objective_weights"
+"""Study user attribute holding the objective's weights in force (metric key -> weight, summing to 1)."""
 PIPED_WIDTH = 200
 """Columns of output that goes to a file or a pipe, where Rich would otherwise wrap at 80."""
 
 
-def headline_metrics(k: int) -> list[str]:
-    return [f"recall@{k}", f"ndcg@{k}", "token_f1", "faithfulness_overlap", "latency_ms", "context_tokens",
-            "llm_cost_usd"]
+COST_COLUMNS = ("latency_ms", "context_tokens", "llm_cost_usd")
+"""What a trial costs, shown after the weighted metrics."""
+
+
+def weighted_metrics(study: optuna.Study) -> list[str]:
+    """The metrics carrying the study's objective weight, as it resolved them (the judged
+    ``answer_correctness`` with a judge, its stand-in ``token_f1`` without); a study that recorded no
+    weights, the default objective's at its cutoff."""
+    weights = study.user_attrs.get(WEIGHTS_ATTR)
+    if weights:
+        return list(weights)
+    k = int(study.user_attrs.get(STUDY_ATTR, {}).get("k_eval", 10))
+    return [f"recall@{k}", f"ndcg@{k}", "token_f1", "faithfulness_overlap"]
 
 
 def leaderboard(study: optuna.Study) -> pd.DataFrame:
@@ -32,7 +44,7 @@ def leaderboard(study: optuna.Study) -> pd.DataFrame:
     import pandas as pd
     from optuna.trial import TrialState
 
-    k = int(study.user_attrs.get(STUDY_ATTR, {}).get("k_eval", 10))
+    shown = [*weighted_metrics(study), *COST_COLUMNS]
     dominated = dominated_trials(study)
     rows: list[tuple[tuple[float, ...], dict[str, Any]]] = []
     for t in study.get_trials(deepcopy=False):
@@ -42,15 +54,14 @@ def leaderboard(study: optuna.Study) -> pd.DataFrame:
         metrics: Mapping[str, float] = record.metrics if record is not None else {}
         row: dict[str, Any] = {"trial": t.number, "state": t.state.name,
                                "composite": metrics.get("composite")}
-        for name in headline_metrics(k):
+        for name in shown:
             row[name] = metrics.get(name)
         row["config"] = describe_params(t.params)
         row["duplicate_of"] = record.duplicate_of if record is not None else None
         row["index_key"] = record.index.key if record is not None and record.index is not None else None
         row["seconds"] = t.duration.total_seconds() if t.duration is not None else None
         rows.append((rank_key(t.state.name, metrics, t.number, t.number in dominated), row))
-    columns = ["trial", "state", "composite", *headline_metrics(k), "config", "duplicate_of", "index_key",
-               "seconds"]
+    columns = ["trial", "state", "composite", *shown, "config", "duplicate_of", "index_key", "seconds"]
     return pd.DataFrame([row for _, row in sorted(rows, key=lambda pair: pair[0])], columns=columns)
 
 
@@ -162,7 +173,7 @@ def render_leaderboard(frame: pd.DataFrame, *, title: str = "", limit: int | Non
              if c not in ("index_key", "duplicate_of", "seconds") and frame[c].notna().any()]
     for column in shown:
         left = column in ("state", "config")
-        table.add_column(_header(column), justify="left" if left else "right",
+        table.add_column(header(column), justify="left" if left else "right",
                          no_wrap=column != "config", overflow="fold")
     for _, row in frame.head(limit).iterrows() if limit else frame.iterrows():
         cells = [_cell(row[c], c) for c in shown]
@@ -177,7 +188,8 @@ _HEADERS = {"composite": "objective", "token_f1": "F1", "faithfulness_overlap": 
 _STATES = {"COMPLETE": "done", "PRUNED": "pruned", "FAIL": "failed"}
 
 
-def _header(column: str) -> str:
+def header(column: str) -> str:
+    """A column's name in the tables: short for the stand-ins and costs, a metric's own otherwise."""
     return _HEADERS.get(column, column.replace("recall@", "R@"))
 
 

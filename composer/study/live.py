@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 
 from composer.record import TrialRecord
-from composer.study.leaderboard import describe_params
+from composer.study.leaderboard import describe_params, header, weighted_metrics
 
 if TYPE_CHECKING:
     import optuna
@@ -79,7 +79,7 @@ class StudyProgress:
             note = f" [red]{escape(error.splitlines()[0][:300])}[/red]"
         seconds = trial.duration.total_seconds() if trial.duration else 0.0
         self.console.print(
-            f"#{trial.number:<3} {trial.state.name:<8} {value:<8} {seconds:6.1f}s  "
+            f"#{trial.number:<3} {trial.state.name:<8} {value:<8} {seconds:6.1f}s  {_weighted(record, study)}"
             f"{escape(describe_params(trial.params))}{note}{_cost(record, trials)}",
             highlight=False,
         )
@@ -113,6 +113,15 @@ class StudyProgress:
                 f"{name} {done}/{total}" for name, (done, total) in self.running.items()
             )
         return line
+
+
+def _weighted(record: TrialRecord | None, study: optuna.Study) -> str:
+    """The trial's values of the metrics carrying the objective's weight, named as the tables name them."""
+    if record is None or not record.metrics:
+        return ""
+    shown = [f"{header(key)} {value:.3f}" for key in weighted_metrics(study)
+             if (value := record.metrics.get(key)) is not None]
+    return escape(" ".join(shown)) + "  " if shown else ""
 
 
 def _cost(record: TrialRecord | None, trials: Sequence[optuna.trial.FrozenTrial]) -> str:

@@ -43,6 +43,14 @@ def available_metrics(questions: Iterable[Question], ks: Iterable[int], judged: 
     return out
 
 
+class NothingToScore(ConfigError):
+    """None of the objective's metrics can be scored: no trial of the study can have a value."""
+
+
+NO_ANSWER = "the system has no answer(question, contexts) method"
+"""Why a user's retrieval-only system scores no answer metric (``Objective.without_answers``)."""
+
+
 def needs_answers(objective: Objective) -> bool:
     """Whether any weighted metric reads an answer (retrieval-only objectives generate none)."""
     return any(not _is_retrieval(key) for key in objective.weights)
@@ -85,12 +93,30 @@ class Objective:
                 continue
             weights[key] = weights.get(key, 0.0) + weight
         if not weights:
-            raise ConfigError(f"none of the objective's metrics can be scored here: {list(config.metrics)}",
-                              field="objective.metrics")
+            raise NothingToScore(f"none of the objective's metrics can be scored here: "
+                                 f"{list(config.metrics)}", field="objective.metrics")
         total = sum(weights.values())
         for note in notes:
             logger.warning(note)
         return cls({k: w / total for k, w in weights.items()}, tuple(config.secondary), tuple(notes))
+
+    def without_answers(self, why: str = NO_ANSWER) -> Objective:
+        """This objective over its retrieval metrics alone, for a system that gives no answer: its answer
+        metrics would count 0 in every trial (a retrieval-only system at recall 0.93 scored 0.46), so they
+        leave the composite, named in a warning and a note, and the remaining weights are renormalized."""
+        dropped = [key for key in self.weights if not _is_retrieval(key)]
+        if not dropped:
+            return self
+        kept = {key: weight for key, weight in self.weights.items() if _is_retrieval(key)}
+        if not kept:
+            raise NothingToScore(f"{why}, and the objective weighs only answer metrics "
+                                 f"({', '.join(dropped)}): weigh a retrieval metric, or give the system an "
+                                 "answer method", field="objective.metrics")
+        total = sum(kept.values())
+        note = (f"{why}: {', '.join(dropped)} cannot be scored and leave the composite; weights "
+                f"renormalized over {', '.join(kept)}")
+        logger.warning(note)
+        return Objective({k: w / total for k, w in kept.items()}, self.secondary, (*self.notes, note))
 
     @property
     def directions(self) -> list[str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from composer.errors import ComposerError, InputError
+from composer.index import QDRANT_API_KEY_ENV
 from composer.llm.faults import scrub
 from composer.pipeline.saved import SAVED_DIR
 from composer.record import TrialRecord
@@ -43,6 +44,10 @@ class Registered:
     version: str
     run_id: str
     promoted: bool
+    index: str
+    """How the index travels (copied, or its Qdrant server collection referenced), with sizes."""
+    embedder: str
+    """How the embedding model travels (referenced by hub name, copied, none), with its size."""
 
     @property
     def uri(self) -> str:
@@ -99,16 +104,17 @@ def _register(
     client = MlflowClient(where.tracking_uri)
     run_id = _trial_run(client, study.study_name, trial.number)
     with tempfile.TemporaryDirectory(prefix="composer-register-") as tmp:
-        artifacts, embedder = _artifacts(Path(tmp), doc["pipeline"], index, where.qdrant)
-        info = _log(doc, artifacts, run_id, name, where)
+        artifacts = _artifacts(Path(tmp), doc["pipeline"], index, where)
+        info = _log(client, doc, artifacts.files, run_id, name)
     version = str(info.registered_model_version)
     client.set_registered_model_alias(name, CHALLENGER, version)
     if promote:
         client.set_registered_model_alias(name, CHAMPION, version)
-    for key, value in {**model_tags(doc), **embedder}.items():
+    for key, value in {**model_tags(doc), **artifacts.tags}.items():
         client.set_model_version_tag(name, version, key, value)
-    client.update_model_version(name, version, description=describe(doc, embedder))
-    return Registered(name, version, run_id, promote)
+    client.update_model_version(name, version, description=describe(doc, artifacts.tags))
+    return Registered(name, version, run_id, promote, artifacts.tags["composer.index"],
+                      artifacts.tags["composer.embedder"])
 
 
 def _trial_run(client: Any, study: str, number: int) -> str:
@@ -124,26 +130,58 @@ def _trial_run(client: Any, study: str, number: int) -> str:
     return str(runs[0].info.run_id)
 
 
-def _artifacts(
-    tmp: Path, config: dict[str, Any], index: Path, qdrant: str | None
-) -> tuple[dict[str, str], dict[str, str]]:
-    """The model's artifacts, and tags saying how its embedding model travels (referenced or copied)."""
+def _artifacts(tmp: Path, config: dict[str, Any], index: Path, where: Where) -> Artifacts:
+    """The model's artifacts and tags saying how its index and embedding model travel."""
     (tmp / "pipeline.json").write_text(json.dumps(config, ensure_ascii=False), encoding="utf-8")
-    server = None if qdrant is None or qdrant == ":memory:" else {
-        "url": qdrant, "collection": index.name, "api_key_env": "QDRANT_API_KEY"}
+    server = _server(where.qdrant, index.name)
     (tmp / "composer.json").write_text(json.dumps({"qdrant": server}), encoding="utf-8")
-    artifacts = {"pipeline": str(tmp / "pipeline.json"), "composer": str(tmp / "composer.json"),
-                 "index": str(index)}
+    files = {"pipeline": str(tmp / "pipeline.json"), "composer": str(tmp / "composer.json"),
+             "index": str(index)}
+    if server is not None:
+        how = (f"referenced: collection {server['collection']} on {server['url']} (API key read from "
+               f"${server['api_key_env']} at load); Composer's chunk table, BM25 state and rescoring "
+               f"vectors copied ({_mb(index)})")
+    else:
+        how = f"copied: saved index ({_mb(index)}), its Qdrant Edge collection rebuilt from it at load"
+    tags = {"composer.index": how}
     model = (config.get("embedding") or {}).get("model")
     if not _dense(config) or not model:
-        return artifacts, {"composer.embedder": "none (BM25 only)"}
+        return Artifacts(files, {**tags, "composer.embedder": "none (BM25 only)"})
     local = Path(str(model)).expanduser()
     if local.is_dir():
-        artifacts["embedder"] = str(local)
-        size = sum(f.stat().st_size for f in local.rglob("*") if f.is_file())
-        return artifacts, {"composer.embedder": f"copied from local folder {local.name}",
-                           "composer.embedder_bytes": str(size)}
-    return artifacts, {"composer.embedder": f"referenced by hub name {model} (downloaded on first load)"}
+        files["embedder"] = str(local)
+        size = _bytes(local)
+        return Artifacts(files, {**tags, "composer.embedder": f"copied from local folder {local.name} "
+                                 f"({size / 1e6:.1f} MB)", "composer.embedder_bytes": str(size)})
+    return Artifacts(files, {**tags, "composer.embedder": f"referenced by hub name {model} "
+                             "(downloaded on first load)"})
+
+
+@dataclass(frozen=True)
+class Artifacts:
+    """The files a model is logged with (by artifact name), and the tags saying what travels how."""
+
+    files: dict[str, str]
+    tags: dict[str, str]
+
+
+def _server(qdrant: str | None, collection: str) -> dict[str, str] | None:
+    """The model's reference to a Qdrant server's collection (None: Qdrant Edge or ``:memory:``, copied).
+    Never a key: the variable to read it from at load."""
+    if qdrant is None or not qdrant.startswith(("http://", "https://")):
+        return None
+    if scrub_url(qdrant) != qdrant:
+        raise InputError(f"the Qdrant URL {scrub_url(qdrant)} carries a secret, which a model must not "
+                         f"record: put the key in ${QDRANT_API_KEY_ENV} instead", field="qdrant")
+    return {"url": qdrant, "collection": collection, "api_key_env": QDRANT_API_KEY_ENV}
+
+
+def _bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def _mb(folder: Path) -> str:
+    return f"{_bytes(folder) / 1e6:.1f} MB"
 
 
 def _dense(config: dict[str, Any]) -> bool:
@@ -152,20 +190,27 @@ def _dense(config: dict[str, Any]) -> bool:
     return PipelineConfig.from_dict(config).needs_dense_index
 
 
-def _log(doc: dict[str, Any], artifacts: dict[str, str], run_id: str, name: str, where: Where) -> Any:
-    """The model logged on the trial's run and registered."""
+def _log(client: Any, doc: dict[str, Any], artifacts: dict[str, str], run_id: str, name: str) -> Any:
+    """The model logged on the trial's run and registered. Logging reopens the run, which would end it
+    again now: its status and end time are put back, so the run still says when the trial finished."""
     import mlflow
 
     from composer.serve.mlflow_model import ComposerModel, signature
 
+    ended = client.get_run(run_id).info
     example = [_example_question(doc)]
-    with mlflow.start_run(run_id=run_id):
-        return mlflow.pyfunc.log_model(
-            name="model", python_model=ComposerModel(), artifacts=artifacts,
-            signature=signature(), input_example=example,
-            pip_requirements=requirements(_dense(doc["pipeline"])), registered_model_name=name,
-            metadata={"composer": {"study": doc["provenance"]["study"], "trial": doc["provenance"]["trial"]}},
-        )
+    try:
+        with mlflow.start_run(run_id=run_id):
+            return mlflow.pyfunc.log_model(
+                name="model", python_model=ComposerModel(), artifacts=artifacts,
+                signature=signature(), input_example=example,
+                pip_requirements=requirements(_dense(doc["pipeline"])), registered_model_name=name,
+                metadata={"composer": {"study": doc["provenance"]["study"],
+                                       "trial": doc["provenance"]["trial"]}},
+            )
+    finally:
+        if ended.end_time is not None:
+            client.set_terminated(run_id, status=ended.status, end_time=ended.end_time)
 
 
 def _example_question(doc: dict[str, Any]) -> str:
@@ -211,8 +256,9 @@ def model_tags(doc: dict[str, Any]) -> dict[str, str]:
     return tags
 
 
-def describe(doc: dict[str, Any], embedder: dict[str, str]) -> str:
-    """The model version's description: the tags in sentences."""
+def describe(doc: dict[str, Any], travel: dict[str, str]) -> str:
+    """The model version's description: the tags (and ``travel``'s: how the index and embedding model
+    travel) in sentences."""
     tags = model_tags(doc)
     lines = [f"Winner of Composer study '{tags['composer.study']}' (trial #{tags['composer.trial']}), "
              f"selection composite {tags['composer.selection_composite']}.",
@@ -224,5 +270,5 @@ def describe(doc: dict[str, Any], embedder: dict[str, str]) -> str:
                      f"{verdict}.")
     lines.append(f"Corpus {tags['composer.corpus_fingerprint']}, questions "
                  f"{tags['composer.questions_fingerprint']}. "
-                 f"Embedding model: {embedder['composer.embedder']}.")
+                 f"Index: {travel['composer.index']}. Embedding model: {travel['composer.embedder']}.")
     return "\n".join(lines)

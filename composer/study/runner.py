@@ -47,7 +47,8 @@ from composer.study import _optuna, budget
 from composer.study._optimize import target_reached
 from composer.study._workers import twin_retry
 from composer.study.experiment import ObjectiveConfig, StopConfig
-from composer.study.objective import Objective, available_metrics, needs_answers
+from composer.study.leaderboard import WEIGHTS_ATTR
+from composer.study.objective import NothingToScore, Objective, available_metrics, needs_answers
 from composer.study.space import SearchSpace
 from composer.tracking.trial import TrialReport
 
@@ -60,6 +61,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 USAGE_METRICS = frozenset(Usage().to_dict())
+ANSWERS_ATTR = "system_answers"
+"""Study user attribute: whether the study's (user's) systems answer, as its first built system showed."""
 TRACED = 25
 """Questions whose generation details a TrialReport carries for MLflow traces, at most."""
 
@@ -168,6 +171,23 @@ class StudyData:
         never on a trial, so it is resolved (and its substitutions warned about) once."""
         judged = self.judging.settings.metrics if self.judging is not None else ()
         return Objective.resolve(self.objective_config, available_metrics(self.questions, self.ks, judged))
+
+    def settle(self, study: optuna.Study, can_answer: bool | None = None) -> None:
+        """Fit the objective to what the study's systems produce, once per study so that every trial's
+        composite weighs the same metrics: a user's system without an answer method scores no answer
+        metric, which then leaves the composite (``Objective.without_answers``) instead of counting 0.
+        ``can_answer``: what a trial's system showed; the study's record of its first one wins. The
+        weights in force are kept on the study, for its tables to show the metrics that carry them."""
+        attrs = study.user_attrs
+        if self.system is not None:
+            answers = attrs.get(ANSWERS_ATTR)
+            if answers is None and can_answer is not None:
+                study.set_user_attr(ANSWERS_ATTR, answers := can_answer)
+            if answers is False:
+                self.objective = self.objective.without_answers()
+        weights = dict(self.objective.weights)
+        if attrs.get(WEIGHTS_ATTR) != weights:
+            study.set_user_attr(WEIGHTS_ATTR, weights)
 
     def llm_endpoints(self) -> list[LLMConfig]:
         """Every LLM a trial may call: each generator its space can pick, when trials answer, expand queries
@@ -303,7 +323,7 @@ class TrialRunner:
 
     def _failed(self, trial: optuna.Trial, exc: Exception, usage: Usage) -> None:
         """Record why the trial failed, and stop the study on an error no trial can get past."""
-        fatal = exc if isinstance(exc, NotASystem) else disk_full_error(exc)
+        fatal = exc if isinstance(exc, NotASystem | NothingToScore) else disk_full_error(exc)
         if fatal is not None:
             self.fatal = fatal
             trial.study.stop()
@@ -334,6 +354,8 @@ class TrialRunner:
         steps: list[float] = []
         last: list[EvaluationReport] = []
         pipeline = self.data.pipeline(config)
+        if self.data.system is not None:
+            self.data.settle(trial.study, pipeline.can_answer)
         index = pipeline.index(self.data.corpus)  # None for a user's system: it keeps its own index
         record = record.updated(index=index)
         judge = self.data.judging.model if self.data.judging is not None else None

@@ -26,7 +26,7 @@ from composer.llm.spend import Spend
 from composer.protocols import SystemFactory
 from composer.record import SCHEMA, TrialRecord
 from composer.redact import scrub_url
-from composer.study import _optimize, _report, budget
+from composer.study import _optimize, _report, budget, staged
 from composer.study._storage import load_study, open_study
 from composer.study.experiment import ExperimentConfig, SplitConfig, import_factory
 from composer.study.leaderboard import STUDY_ATTR, leaderboard, ranked_trials, report_console
@@ -149,12 +149,15 @@ def run_study(
     with spend.counting():  # the test requests, and any question generation
         inputs = _inputs(exp, strict, system, concurrency)
     data = inputs.data
+    plan = staged.plan_of(exp, data.space, n_trials)
     study = open_study(exp, data.space, name=study_name)
+    staged.check_strategy(study, exp.strategy)
     provenance = _provenance(exp, data.space, data.corpus.fingerprint(), inputs.questions_file,
                              inputs.questions, data.questions)
     _check_same_data(study, provenance)
+    data.settle(study)  # the objective as the study decided it, over what its systems produce
     tracker = _tracker(exp, study.study_name, provenance, data.questions)
-    _estimate_once(study, exp, data, n_trials, inputs.held_out)
+    _estimate_once(study, exp, data, n_trials if plan is None else plan.generation_trials, inputs.held_out)
     agreement = _report.judge_agreement(study, exp, data, console)
     status, parent_run_id = "FAILED", ""
     try:
@@ -162,11 +165,14 @@ def run_study(
         parent_run_id = tracker.ready()
         if inputs.generated:
             _log_synth_report(exp, inputs.questions_file)
-        _run_trials(study, exp, data, tracker, console, n_trials, inputs.held_out)
+        if plan is None:
+            _run_trials(study, exp, data, tracker, console, n_trials, inputs.held_out)
+        else:
+            _run_stages(study, exp, data, tracker, console, staged.resumed(plan, study), provenance,
+                        inputs.held_out)
         with spend.track("held_out"):
             held = None if inputs.held_out is None else _report.held_out_once(study, inputs.held_out, data,
                                                                               console)
-        study.set_user_attr("objective_weights", dict(data.objective.weights))
         if held is not None:
             study.set_user_attr("held_out", held.to_dict())
         seconds = time.monotonic() - started
@@ -214,6 +220,8 @@ def estimate_study(
         raise ConfigError(f"an estimate needs a number of trials ({option('n_trials', 'N')})",
                           field="n_trials")
     inputs = _inputs(exp, strict, None, 8, preflight=False)
+    plan = staged.plan_of(exp, inputs.data.space, target)  # stage 1 calls no LLM
+    target = target if plan is None else plan.generation_trials
     name = study_name or exp.name
     try:
         study: optuna.Study | None = load_study(name, exp.storage_url)
@@ -333,6 +341,7 @@ def _run_trials(
     """Record the trials lost by earlier runs, then run the trials still missing (to ``n_trials``, or the
     experiment's) with a live view, stopping on Ctrl-C or when too many fail."""
     from composer.study.live import StudyProgress
+    from composer.study.steering import ConstantMetrics
 
     _optimize.record_lost_trials(study, tracker, untagged_after_s=2 * exp.heartbeat_interval)
     target = n_trials if n_trials is not None else exp.n_trials
@@ -352,7 +361,8 @@ def _run_trials(
     guard = _optimize.FailureGuard(exp.stop)
     with StudyProgress(console, target, done, exp.timeout) as progress, _optimize.CtrlC() as ctrl_c:
         runner = TrialRunner(data, target=target, on_stage=progress.stage, stop=exp.stop)
-        hooks: list[_optimize.TrialHook] = [ctrl_c.hook, progress, guard]
+        steering = ConstantMetrics(lambda: data.objective.weights)
+        hooks: list[_optimize.TrialHook] = [ctrl_c.hook, progress, guard, steering]
         if target is not None:
             hooks.insert(0, _optimize.stop_at(target))
         callback = _optimize.after_each_trial(
@@ -365,6 +375,48 @@ def _run_trials(
         console.print(f"study [bold]{study.study_name}[/bold] stopped: {spent}; it ends with the best trial "
                       "so far (raise stop.max_cost_usd / max_llm_calls and run again to go on)",
                       highlight=False)
+
+
+def _run_stages(
+    study: optuna.Study,
+    exp: ExperimentConfig,
+    data: StudyData,
+    tracker: StudyTracker,
+    console: Console,
+    plan: staged.Plan,
+    provenance: dict[str, Any],
+    held_out: QuestionSet | None,
+) -> None:
+    """A staged study (``composer.study.staged``): stage 1 until stage 2 begins, then stage 2's trials."""
+    if not staged.started(study):
+        first = _retrieval_stage(study.study_name, exp, data, console, plan, provenance)
+        staged.record_first_stage(study, first, plan)
+    staged.second_stage(study, exp, data.space, plan)
+    _run_trials(study, exp, data, tracker, console, plan.generation_trials, held_out)
+
+
+def _retrieval_stage(
+    name: str, exp: ExperimentConfig, data: StudyData, console: Console, plan: staged.Plan,
+    provenance: dict[str, Any],
+) -> optuna.Study:
+    """Run (or continue) stage 1, a study of its own with its own MLflow parent run; the study."""
+    first_exp, first_data = staged.first_stage(exp, data, plan, name)
+    first = open_study(first_exp, first_data.space, name=first_exp.name)
+    first_data.settle(first)
+    first_provenance = {**provenance, "objective": first_exp.objective.model_dump()}
+    _check_same_data(first, first_provenance)
+    tracker = _tracker(first_exp, first.study_name, first_provenance, first_data.questions)
+    status = "FAILED"
+    try:
+        tracker.ready()
+        _run_trials(first, first_exp, first_data, tracker, console, plan.retrieval_trials, None)
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        tracker.close(status, console)
+    return first
 
 
 def _set_depth(data: StudyData, space: SearchSpace) -> None:

@@ -642,6 +642,18 @@ def trial_run_name(number: int) -> str:
     return f"trial-{number:03d}"
 
 
+def study_runs(client: MlflowClient, experiment_id: str, study: str) -> tuple[str | None, dict[int, str]]:
+    """The study's parent run (None if not written yet) and its trial runs by trial number (a trial's
+    newest run if it has several), as the MLflow writer tags them."""
+    runs = client.search_runs([experiment_id], filter_string=f"tags.`{STUDY_TAG}` = '{study}'",
+                              max_results=50000)
+    ordered = sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))
+    parents = [str(r.info.run_id) for r in ordered if r.data.tags.get(ROLE_TAG) == "study"]
+    trials = {int(r.data.tags[TRIAL_TAG]): str(r.info.run_id) for r in ordered
+              if r.data.tags.get(ROLE_TAG) == "trial" and r.data.tags.get(TRIAL_TAG, "").isdigit()}
+    return (parents[0] if parents else None), trials
+
+
 def read_question_table(client: MlflowClient, run_id: str) -> pd.DataFrame:
     """A trial's ``questions.json`` (see ``composer.evaluation.artifacts.question_table``). Read here, not
     with ``load_table``, which searches the process's global tracking URI instead of ``client``'s store."""

@@ -16,13 +16,12 @@ import optuna
 import pytest
 import pytrec_eval
 from langchain_core.documents import Document as LCDocument
+from sample_study import SAMPLE, write_experiment
 
 import composer
 from composer.data import load_corpus, load_questions
 from composer.data.types import Corpus, QuestionSet
 from composer.errors import ComposerError, ConfigError
-
-SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "arcd-sample"
 
 
 @pytest.fixture(scope="module")
@@ -467,6 +466,7 @@ def test_a_factory_failing_above_the_failure_share_fails_the_trial_with_the_reas
     assert not math.isnan(result.best_value or math.nan)
 
 
+@pytest.mark.slow  # a whole study in a composer process, and a second one refused: ~11 s
 def test_an_experiment_file_names_a_system_factory(corpus: Corpus, tmp_path: Path) -> None:
     """The CLI path: ``system: package.module:factory`` in an experiment file, run by composer optimize."""
     (tmp_path / "my_rag.py").write_text(
@@ -485,15 +485,9 @@ def test_an_experiment_file_names_a_system_factory(corpus: Corpus, tmp_path: Pat
         "    return retrieve\n",
         encoding="utf-8",
     )
-    lines = (SAMPLE / "questions.jsonl").read_text(encoding="utf-8").splitlines()[:30]
-    (tmp_path / "questions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (tmp_path / "space.yaml").write_text("dimensions:\n  k: {choices: [1, 5]}\n", encoding="utf-8")
-    (tmp_path / "exp.yaml").write_text(
-        "name: own-rag\nsystem: my_rag:make\nquestions: questions.jsonl\nsearch_space: space.yaml\n"
-        f"corpus: {SAMPLE / 'corpus.jsonl'}\nn_trials: 2\nsampler: grid\n"
-        "objective: {metrics: {recall: 1.0}, k: 5}\nworkdir: work\n",
-        encoding="utf-8",
-    )
+    write_experiment(tmp_path, dims={"k": {"choices": [1, 5]}}, n_questions=10, file="exp.yaml",
+                     name="own-rag", system="my_rag:make", sampler="grid",
+                     objective={"metrics": {"recall": 1.0}, "k": 5}, workdir="work")
     env = {
         "PYTHONPATH": str(tmp_path),
         "HF_HUB_OFFLINE": "1",

@@ -138,7 +138,7 @@ def test_eval_without_an_llm_answers_extractively_and_makes_no_call(
 def test_too_many_failed_samples_fail_the_evaluation_with_the_reason(
     server: FakeLLMServer, files: dict[str, Path], tmp_path: Path
 ) -> None:
-    server.route = lambda req: server_error(500)
+    server.route = lambda req: rate_limited(0.01)  # retried at once, not after the default backoff
     config = files["root"] / "fragile.yaml"
     config.write_text("retrieval: {mode: bm25, k: 3}\n", encoding="utf-8")
     args = ["eval", str(files["questions"]), "--corpus", str(EXAMPLE / "corpus.jsonl"),
@@ -147,7 +147,7 @@ def test_too_many_failed_samples_fail_the_evaluation_with_the_reason(
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2
     assert "samples failed, above the allowed share of 10%" in result.output
-    assert "server_error" in result.output
+    assert "rate_limit" in result.output
 
 
 def test_refusals_are_counted_and_persianqa_unanswerables_give_refusal_accuracy(

@@ -9,24 +9,13 @@ from typing import ClassVar
 import pytest
 from ended_trials import ended_trial
 from optuna.trial import FrozenTrial
-from sample_study import write_sample_study
+from sample_study import SAMPLE, write_experiment
 from typer.testing import CliRunner
 
 from composer.cli.app import app
 from composer.tracking.trial import TrialReport
 
-SPACE = "dimensions:\n  retrieval.mode: {choices: [bm25]}\n  retrieval.k: {type: int, low: 1, high: 20}\n"
-EXPERIMENT = """name: r3cli
-corpus: {corpus}
-questions: questions.jsonl
-search_space: space.yaml
-objective: {{k: 5, metrics: {{recall: 1}}}}
-sampler: {{name: random, seed: 0}}
-pruner: none
-n_trials: 1
-mlflow: {{traces: 0}}
-workdir: work
-"""
+DIMS = {"retrieval.mode": {"choices": ["bm25"]}, "retrieval.k": {"type": "int", "low": 1, "high": 20}}
 
 
 def _files(root: Path) -> set[Path]:
@@ -39,7 +28,8 @@ def test_a_study_name_that_is_a_path_or_markup_is_refused_before_anything_is_cre
 ) -> None:
     root = tmp_path / "a" / "b" / "c"
     root.mkdir(parents=True)
-    exp_file = write_sample_study(root, space=SPACE, experiment=EXPERIMENT, n_questions=5)
+    exp_file = write_experiment(root, dims=DIMS, n_questions=5, name="r3cli", n_trials=1, workdir="work",
+                                objective={"k": 5, "metrics": {"recall": 1}})
     monkeypatch.chdir(root)
     before = _files(tmp_path)
     for name in (str(tmp_path / "abs" / "ABS"), "../../../ESCAPED", "x[/]y", "..", "a/b"):
@@ -163,7 +153,7 @@ def test_ui_on_loopback_does_not_warn(tmp_path: Path, monkeypatch: pytest.Monkey
 def _mlflow_log(number: int, state: str, metrics: dict[str, float], questions: tuple[str, str] = ("a?", "b?"),
                 answers: tuple[str, str] | None = None) -> tuple[FrozenTrial, TrialReport]:
     import numpy as np
-    from test_study_writer import TABLE
+    from writer_logs import TABLE
 
     from composer.data.ranking import Ranking
     from composer.evaluation.report import EvaluationReport, SampleTable
@@ -178,7 +168,7 @@ def _mlflow_log(number: int, state: str, metrics: dict[str, float], questions: t
 def test_the_composite_is_a_trials_first_metric_and_the_study_run_sorts_first_by_it(tmp_path: Path) -> None:
     """The compare page plots a run's first metric; runs lacking the metric sort last."""
     from mlflow import MlflowClient
-    from test_study_writer import writer_for
+    from writer_logs import writer_for
 
     writer = writer_for(tmp_path)
     for number, state, value in ((0, "COMPLETE", 0.7), (1, "COMPLETE", 0.9), (2, "PRUNED", 0.95),
@@ -200,7 +190,7 @@ def test_the_composite_is_a_trials_first_metric_and_the_study_run_sorts_first_by
 def test_a_trace_lists_its_arabic_question_and_answer_as_text(tmp_path: Path) -> None:
     import mlflow
     from mlflow import MlflowClient
-    from test_study_writer import writer_for
+    from writer_logs import writer_for
 
     writer = writer_for(tmp_path)
     question, answer = "ما هي عاصمة مصر؟", "القاهرة"
@@ -215,12 +205,12 @@ def test_a_trace_lists_its_arabic_question_and_answer_as_text(tmp_path: Path) ->
 def test_eval_of_a_run_with_answers_says_they_came_from_the_run_file(tmp_path: Path) -> None:
     from fake_llm_server import FakeLLMServer
     from scripted_llm import ScriptedRAG
-    from test_cli_new_user import EXAMPLE, _example_run
+    from test_cli_new_user import _example_run
 
     questions, run, golds = _example_run(tmp_path, 2, answers=True)
     with FakeLLMServer(ScriptedRAG(golds)) as server:
         result = CliRunner().invoke(app, [
-            "eval", str(questions), "--run", str(run), "--corpus", str(EXAMPLE / "corpus.jsonl"),
+            "eval", str(questions), "--run", str(run), "--corpus", str(SAMPLE / "corpus.jsonl"),
             "--judge", "openai/fake", "--llm-base", server.url, "--metrics", "llm_judge_rating",
             "--workdir", str(tmp_path / "work")])
     assert result.exit_code == 0, result.output

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_llm_server import ChatRequest, FakeLLMServer, Reply, server_error
+from fake_llm_server import ChatRequest, FakeLLMServer, Reply, rate_limited
+from sample_study import SAMPLE, write_experiment, write_space
 from scripted_llm import ScriptedRAG, kind_of
 from typer.testing import CliRunner
 
@@ -26,7 +27,8 @@ from composer.data.ranking import ChunkTable, ranking_from_run
 from composer.errors import InputError
 from composer.evaluation import evaluate_run
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "arcd-sample"
+# A call the server keeps refusing gives up after its retries at once (Retry-After 10 ms, not the backoff).
+REFUSED = rate_limited(0.01)
 
 
 def _questions(*relevant: str) -> QuestionSet:
@@ -97,7 +99,7 @@ def test_a_json_run_may_leave_scores_out_and_give_answers(tmp_path: Path) -> Non
 def _example_run(tmp_path: Path, n: int, *, answers: bool) -> tuple[Path, Path, dict[str, str]]:
     """The first ``n`` example questions, a run retrieving each one's gold document (unscored), and, with
     ``answers``, each one's gold answer."""
-    lines = (EXAMPLE / "questions.jsonl").read_text(encoding="utf-8").splitlines()[:n]
+    lines = (SAMPLE / "questions.jsonl").read_text(encoding="utf-8").splitlines()[:n]
     questions = tmp_path / "questions.jsonl"
     questions.write_text("\n".join(lines) + "\n", encoding="utf-8")
     rows = []
@@ -116,7 +118,7 @@ def _example_run(tmp_path: Path, n: int, *, answers: bool) -> tuple[Path, Path, 
 def test_eval_run_grades_the_runs_answers(tmp_path: Path) -> None:
     questions, run, _ = _example_run(tmp_path, 4, answers=True)
     result = CliRunner().invoke(app, ["eval", str(questions), "--run", str(run), "--corpus",
-                                      str(EXAMPLE / "corpus.jsonl"), "--json"])
+                                      str(SAMPLE / "corpus.jsonl"), "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["metrics"]["token_f1"] == 1.0 and summary["n_scored"]["token_f1"] == 4
@@ -127,7 +129,7 @@ def test_eval_run_judges_the_runs_answers_with_judge(tmp_path: Path) -> None:
     questions, run, golds = _example_run(tmp_path, 4, answers=True)
     with FakeLLMServer(ScriptedRAG(golds)) as server:
         result = CliRunner().invoke(app, [
-            "eval", str(questions), "--run", str(run), "--corpus", str(EXAMPLE / "corpus.jsonl"),
+            "eval", str(questions), "--run", str(run), "--corpus", str(SAMPLE / "corpus.jsonl"),
             "--judge", "openai/fake", "--llm-base", server.url, "--metrics", "answer_correctness",
             "--workdir", str(tmp_path / "work"), "--json"])
         kinds = {kind_of(r) for r in server.received}
@@ -151,7 +153,7 @@ def test_one_failed_sample_of_five_is_listed_and_the_rest_scored(tmp_path: Path)
     scripted = ScriptedRAG(golds)
 
     def route(req: ChatRequest) -> Reply | str:
-        return server_error(500) if first.question in req.prompt else scripted(req)
+        return REFUSED if first.question in req.prompt else scripted(req)
 
     args = ["eval", str(questions), "--run", str(run), "--judge", "openai/fake", "--metrics",
             "answer_correctness", "--workdir", str(tmp_path / "work")]
@@ -166,7 +168,7 @@ def test_one_failed_sample_of_five_is_listed_and_the_rest_scored(tmp_path: Path)
 
 def test_an_eval_where_every_sample_failed_exits_2_with_the_cause(tmp_path: Path) -> None:
     questions, run, _ = _example_run(tmp_path, 2, answers=True)
-    with FakeLLMServer(lambda req: server_error(500)) as server:
+    with FakeLLMServer(lambda req: REFUSED) as server:
         result = CliRunner().invoke(app, ["eval", str(questions), "--run", str(run), "--judge", "openai/fake",
                                           "--llm-base", server.url, "--metrics", "answer_correctness",
                                           "--workdir", str(tmp_path / "work")])
@@ -280,9 +282,8 @@ def test_failures_are_summarised_by_cause() -> None:
 def test_an_arabic_only_space_on_a_persian_corpus_is_flagged(tmp_path: Path) -> None:
     from composer.study.space import language_warning, load_search_space
 
-    space = tmp_path / "space.yaml"
-    space.write_text("dimensions:\n  retrieval.mode: {choices: [bm25]}\n"
-                     "  retrieval.analyzer: {choices: [isri, tashaphyne]}\n", encoding="utf-8")
+    space = write_space(tmp_path, {"retrieval.mode": {"choices": ["bm25"]},
+                                   "retrieval.analyzer": {"choices": ["isri", "tashaphyne"]}})
     persian = ["این یک متن فارسی است که در آن چند کلمه آمده است.", "کتاب‌ها را از کتابخانه گرفتم."] * 5
     arabic = ["ذهب الطالب إلى المدرسة في الصباح الباكر.", "كانت المدينة التي زرتها جميلة."] * 5
     warning = language_warning(load_search_space(space), persian)
@@ -300,10 +301,7 @@ def test_trials_from_another_folder_read_the_work_dir_beside_the_experiment(
 ) -> None:
     project = tmp_path / "project"
     project.mkdir()
-    (project / "space.yaml").write_text("dimensions:\n  retrieval.k: {choices: [5]}\n", encoding="utf-8")
-    exp = project / "exp.yaml"
-    exp.write_text(f"name: hand\ncorpus: {EXAMPLE / 'corpus.jsonl'}\n"
-                   f"questions: {EXAMPLE / 'questions.jsonl'}\nsearch_space: space.yaml\n", encoding="utf-8")
+    exp = write_experiment(project, dims={"retrieval.k": {"choices": [5]}}, file="exp.yaml", name="hand")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -325,7 +323,7 @@ def _exported_study(tmp_path: Path, *, runner_up_better: bool) -> tuple[str, Pat
     from composer.study.experiment import SplitConfig
     from composer.study.study import split_questions
 
-    questions = load_questions(EXAMPLE / "questions.jsonl")
+    questions = load_questions(SAMPLE / "questions.jsonl")
     selection, _ = split_questions(questions, SplitConfig(held_out=0.25, seed=0))
     held = {"n_questions": 47, "winner": {"trial": 0, "held_out_composite": 0.5},
             "runner_up": {"trial": 1, "held_out_composite": 0.6},
@@ -365,9 +363,9 @@ def test_export_is_quiet_when_the_winner_holds(tmp_path: Path) -> None:
 def test_eval_split_scores_the_studys_selection_or_held_out_questions(tmp_path: Path) -> None:
     url, out, selection = _exported_study(tmp_path, runner_up_better=False)
     assert CliRunner().invoke(app, ["export", "hand", "--storage", url, "--out", str(out)]).exit_code == 0
-    base = ["eval", str(EXAMPLE / "questions.jsonl"), "--corpus", str(EXAMPLE / "corpus.jsonl"), "--config",
+    base = ["eval", str(SAMPLE / "questions.jsonl"), "--corpus", str(SAMPLE / "corpus.jsonl"), "--config",
             str(out), "--workdir", str(tmp_path / "work"), "--json"]
-    n_all = len(load_questions(EXAMPLE / "questions.jsonl"))
+    n_all = len(load_questions(SAMPLE / "questions.jsonl"))
     counts = {}
     for split in ("selection", "held_out", "all"):
         result = CliRunner().invoke(app, [*base, "--split", split])
@@ -393,29 +391,11 @@ def test_switches_are_shown_without_a_value_in_help() -> None:
 
 # -- 18.8 optimize --workdir; 18.7 a selection set too small to separate the top trials ----------------------
 
-SPACE = """
-dimensions:
-  retrieval.mode: {choices: [bm25]}
-  retrieval.k: {choices: [5, 10]}
-"""
-EXPERIMENT = """
-name: small
-corpus: {corpus}
-questions: questions.jsonl
-search_space: space.yaml
-objective: {{k: 5, metrics: {{recall: 1, ndcg: 1}}}}
-sampler: grid
-pruner: none
-n_trials: 2
-mlflow: {{traces: 0}}
-"""
-
-
 def test_optimize_workdir_and_a_selection_set_that_cannot_separate_the_top_trials(tmp_path: Path) -> None:
     """k 5 and k 10 rank alike at the objective's cutoff 5: equal composites, a difference CI of [0, 0]."""
-    from sample_study import write_sample_study
-
-    exp = write_sample_study(tmp_path, space=SPACE, experiment=EXPERIMENT, n_questions=8)
+    dims = {"retrieval.mode": {"choices": ["bm25"]}, "retrieval.k": {"choices": [5, 10]}}
+    exp = write_experiment(tmp_path, dims=dims, n_questions=8, name="small", sampler="grid",
+                           objective={"k": 5, "metrics": {"recall": 1, "ndcg": 1}})
     work = tmp_path / "chosen-work"
     result = CliRunner().invoke(app, ["optimize", str(exp), "--workdir", str(work)])
     assert result.exit_code == 0, result.output

@@ -9,7 +9,7 @@ import pytest
 from doc_blocks import REPO_ROOT, blocks_of, doc_pages, prepare_folder, run_page
 
 # Pages whose blocks run a whole study (20-40 s each on 2 cores): the slow tier.
-_SLOW = {"README.md", "docs/getting-started.md"}
+_SLOW = {"README.md", "docs/getting-started.md", "docs/how-to/llm-cost.md"}
 
 
 def _params() -> list[object]:

@@ -20,6 +20,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import numpy as np
 import pytest
 from fake_llm_server import LoopbackServer
+from tiny_models import save_tiny_sentence_transformer
 
 from composer.embedding import (
     CachedEmbedder,
@@ -135,56 +136,14 @@ def test_minilm_loads_offline_and_ranks_english() -> None:
 
 # ---------------------------------------------------------------- sentence-transformers (tiny local model)
 
-TINY_VOCAB = [
-    "[PAD]",
-    "[UNK]",
-    "[CLS]",
-    "[SEP]",
-    "[MASK]",
-    "query",
-    "passage",
-    ":",
-    "hello",
-    "world",
-    "cats",
-    "dogs",
-    "sleep",
-    "bark",
-    "the",
-    "on",
-    "mat",
-    ".",
-]
+TINY_VOCAB = ["query", "passage", ":", "hello", "world", "cats", "dogs", "sleep", "bark", "the", "on", "mat",
+              "."]
 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 1-layer, 16-dim BERT with random weights, saved as a SentenceTransformer directory."""
-    import torch
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
-    from transformers import BertConfig, BertModel, BertTokenizer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    root = tmp_path_factory.mktemp("tiny-st")
-    hf_dir, st_dir = root / "hf", root / "tiny-bert"
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=len(TINY_VOCAB),
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=64,
-    )
-    BertModel(config).save_pretrained(str(hf_dir))
-    BertTokenizer(vocab={w: i for i, w in enumerate(TINY_VOCAB)}).save_pretrained(str(hf_dir))
-    transformer = Transformer(str(hf_dir), max_seq_length=32)
-    pooling = Pooling(transformer.get_embedding_dimension(), "mean")
-    SentenceTransformer(modules=[transformer, pooling], device="cpu").save(str(st_dir))
-    hf_logging.enable_progress_bar()
-    return st_dir
+    return save_tiny_sentence_transformer(tmp_path_factory.mktemp("tiny-st"), TINY_VOCAB)
 
 
 def test_sentence_transformers_local_path_with_prefixes(tiny_model: Path) -> None:

@@ -146,20 +146,35 @@ def test_the_page_gives_the_bootstrap_intervals_of_the_best_trials(ran: Ran, tmp
     assert intervals.count("<tr>") == 1 + min(len(ran_itself), TOP)  # the header, then the best trials
 
 
-def test_the_page_gives_each_trials_llm_cost_and_the_total(ran: Ran) -> None:
+def test_the_page_gives_each_trials_llm_cost_and_tokens_and_the_totals(ran: Ran) -> None:
     page = ran.page.read_text(encoding="utf-8")
     board = _section(page, "Leaderboard")
-    assert board.split("</tr>")[0].endswith("<th>llm_cost_usd</th>")  # the header's last column
+    header = board.split("</tr>")[0]
+    assert header.endswith("<th>LLM cost (USD)</th><th>LLM input tokens</th><th>LLM output tokens</th>")
+    assert "<th>context tokens</th>" in header and "llm_cost_usd" not in header
+    weighted = ran.study.user_attrs["objective_weights"]
+    assert list(weighted) == ["recall@5", "answer_correctness"]  # judged: the default judge is on
+    assert "".join(f"<th>{m}</th>" for m in ["composite", *weighted]) in header
+    assert "token_f1" not in header and "faithfulness_overlap" not in header
     body = board.split("<tbody>")[1].split("</tbody>")[0]
-    rows = {int(row.split("</a>")[0].rpartition(">")[2]): row for row in body.split("<tr>")[1:]}
+    *trials, last = body.split("<tr>")[1:]
+    rows = {int(row.split("</a>")[0].rpartition(">")[2]): row for row in trials}
     assert set(rows) == set(ran.runs)
     usage = {t.number: TrialRecord.of(t).llm_usage for t in ran.study.trials}  # type: ignore[union-attr]
-    total = sum(u.get("llm_cost_usd", 0.0) for u in usage.values())
-    assert total > 0
+
+    def cells(used: Any) -> str:  # none for a repeat, answered by an earlier trial
+        if not used:
+            return "<td></td>" * 3
+        return (f"<td>{used['llm_cost_usd']:.6f}</td><td>{used['llm_prompt_tokens']:.0f}</td>"
+                f"<td>{used['llm_completion_tokens']:.0f}</td>")
+
     for number, row in rows.items():
-        cost = usage[number].get("llm_cost_usd")  # none for a repeat, answered by an earlier trial
-        assert row.endswith(f"<td>{'' if cost is None else f'{cost:.6f}'}</td></tr>\n"), row
-    assert f"LLM cost: ${total:.4f} over all trials" in page
+        assert row.endswith(cells(usage[number]) + "</tr>\n"), row
+    totals = {key: sum(u.get(key, 0.0) for u in usage.values())
+              for key in ("llm_cost_usd", "llm_prompt_tokens", "llm_completion_tokens")}
+    assert totals["llm_cost_usd"] > 0 and totals["llm_prompt_tokens"] > totals["llm_completion_tokens"] > 0
+    assert last.startswith("<td>total</td>") and last.endswith(cells(totals) + "</tr>\n")
+    assert f"LLM cost: ${totals['llm_cost_usd']:.4f} over all trials" in page
 
 
 def test_the_page_links_the_study_and_every_trial_to_its_mlflow_run(ran: Ran, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
 import pytest
+from sample_study import SAMPLE, write_questions
 
 from composer.data import Corpus, QuestionSet, load_corpus, load_questions
 from composer.evaluation import evaluate_pipeline
@@ -32,15 +33,20 @@ from composer.pipeline.pipeline import IndexInfo, Pipeline
 from composer.pipeline.workspace import Workspace
 
 REPO = Path(__file__).resolve().parents[2]
-SAMPLE = REPO / "examples" / "arcd-sample"
 CONFIG = {"retrieval": {"mode": "hybrid", "k": 5}}
 NOISE = random.Random(9).randbytes(4096)
 
 
 @pytest.fixture(scope="module")
-def data() -> tuple[Corpus, QuestionSet]:
+def questions_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """30 of the sample's questions: enough to tell a damaged index's scores from a clean one's."""
+    return write_questions(tmp_path_factory.mktemp("questions"), 30)
+
+
+@pytest.fixture(scope="module")
+def data(questions_file: Path) -> tuple[Corpus, QuestionSet]:
     corpus = load_corpus(SAMPLE / "corpus.jsonl")
-    return corpus, load_questions(SAMPLE / "questions.jsonl", corpus=corpus)
+    return corpus, load_questions(questions_file, corpus=corpus)
 
 
 def run(workdir: Path, data: tuple[Corpus, QuestionSet], backend: VectorIndex | None = None
@@ -252,11 +258,11 @@ def test_an_unreadable_embedding_cache_is_moved_aside_and_the_run_scores_the_sam
     assert len(list(file.parent.glob("embeddings.sqlite3.corrupt-*Z"))) == 1
 
 
-def eval_in_a_process(workdir: Path) -> subprocess.CompletedProcess[str]:
+def eval_in_a_process(workdir: Path, questions: Path) -> subprocess.CompletedProcess[str]:
     config = workdir.parent / "pipeline.yaml"
     config.write_text(json.dumps(CONFIG), encoding="utf-8")
     return subprocess.run(
-        [sys.executable, "-m", "composer", "eval", str(SAMPLE / "questions.jsonl"), "--corpus",
+        [sys.executable, "-m", "composer", "eval", str(questions), "--corpus",
          str(SAMPLE / "corpus.jsonl"), "--config", str(config), "--workdir", str(workdir), "--k", "5",
          "--json"],
         cwd=REPO, capture_output=True, text=True, timeout=300,
@@ -264,10 +270,10 @@ def eval_in_a_process(workdir: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_issue_reproduction_a_run_on_a_garbage_embedding_cache_warns_and_scores_the_same(
-    copy: Path, clean: tuple[Path, str, dict[str, float]]
+    copy: Path, clean: tuple[Path, str, dict[str, float]], questions_file: Path
 ) -> None:
     damage_header(copy / "cache" / "embeddings" / "embeddings.sqlite3")
-    proc = eval_in_a_process(copy)
+    proc = eval_in_a_process(copy, questions_file)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert f"warning: {copy / 'cache' / 'embeddings' / 'embeddings.sqlite3'} is unreadable" in proc.stderr

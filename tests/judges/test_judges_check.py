@@ -242,7 +242,8 @@ def test_human_feedback_on_mlflow_traces_becomes_labels(tmp_path: Path) -> None:
     mlflow.log_expectation(trace_id=ids[1], name="expected_response", value="مرجع")
     mlflow.log_feedback(trace_id=ids[1], name="helpfulness", value=True, source=human)  # no judged metric
     out = tmp_path / "labels.jsonl"
-    result = CliRunner().invoke(app, ["label", str(out), "--experiment", "study", "--tracking-uri", uri])
+    result = CliRunner().invoke(app, ["judges", "labels", str(out), "--experiment", "study",
+                                      "--tracking-uri", uri])
     assert result.exit_code == 0, result.output
     rows = {r["id"]: r for r in map(json.loads, out.read_text(encoding="utf-8").splitlines())}
     assert rows[ids[0]] == {"id": ids[0], "question": "سؤال 0؟", "answer": "جواب 0", "contexts": ["مقطع 0"],

@@ -15,10 +15,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from sample_study import SAMPLE, write_sample_study
+from sample_study import SAMPLE, write_experiment, write_sample_study, write_space
+from tiny_models import ARABIC_PIECES, save_tiny_sentence_transformer
 from typer.testing import CliRunner
 
 from composer.cli.app import app
+from composer.errors import InputError
 from composer.study.experiment import load_experiment
 
 SPACE = """
@@ -93,9 +95,19 @@ def test_registry_entry_carries_aliases_tags_and_requirements(
     assert float(tags["composer.held_out_composite"]) >= 0
     assert tags["composer.held_out_verdict"]
     assert tags["composer.embedder"] == "none (BM25 only)"
-    assert "Held-out composite" in str(champion.description)
+    assert tags["composer.index"].startswith("copied: saved index (")
+    objective = {"k_eval": 5, "weights": {"recall@5": 0.5, "token_f1": 0.5}}  # the experiment's, normalized
+    assert json.loads(tags["composer.objective"]) == objective
+    assert float(tags["composer.selection_composite"]) > 0
+    for key in ("questions_fingerprint", "selection_fingerprint", "index_key"):
+        assert tags[f"composer.{key}"] not in ("", "None")
+    description = str(champion.description)
+    assert "Held-out composite" in description and tags["composer.held_out_verdict"] in description
+    assert tags["composer.corpus_fingerprint"] in description and "Index: copied" in description
     run = client.get_run(str(champion.run_id))
     assert run.data.tags["composer.trial"] == tags["composer.trial"]
+    # logging the model reopened the trial's run: it still ends when the trial did, before registration
+    assert run.info.status == "FINISHED" and run.info.end_time < champion.creation_timestamp
 
 
 def test_champion_answers_in_a_fresh_process_without_work_dir_or_corpus(
@@ -238,3 +250,91 @@ def test_study_result_registers_from_python(tmp_path: Path) -> None:
     assert str(client.get_model_version_by_alias("py-model", "challenger").version) == "1"
     with pytest.raises(Exception, match="champion"):
         client.get_model_version_by_alias("py-model", "champion")
+
+
+def test_a_qdrant_server_index_is_referenced_not_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """qdrant-client's ``:memory:`` stands in for the server: the model records the URL, the collection and
+    the key's variable (never the key), and loading opens that collection instead of building one."""
+    import composer.pipeline.workspace as workspace
+    from composer.data import load_corpus
+    from composer.errors import ComposerError
+    from composer.index import ClientBackend
+    from composer.pipeline.pipeline import Pipeline
+    from composer.serve.mlflow_model import open_pipeline
+    from composer.study.registry import Where, _artifacts
+
+    config = {"retrieval": {"mode": "bm25", "k": 5}}
+    built = Pipeline.from_config(config, workdir=tmp_path / "work", qdrant=":memory:")
+    built.index(load_corpus(SAMPLE / "corpus.jsonl"))
+    server, key, url = built.workspace.backend, built.handle.key, "https://qdrant.example:6333"
+    assert isinstance(server, ClientBackend)
+    (tmp_path / "model").mkdir()
+    where = Where("", "", tmp_path / "work", url)
+    model = _artifacts(tmp_path / "model", config, tmp_path / "work" / "indexes" / key, where)
+    reference = json.loads((tmp_path / "model" / "composer.json").read_text("utf-8"))
+    assert reference == {"qdrant": {"url": url, "collection": key, "api_key_env": "QDRANT_API_KEY"}}
+    assert model.tags["composer.index"].startswith(f"referenced: collection {key} on {url}")
+    build = server.client.get_collection(key).config.metadata["composer"]["build"]
+    opened: list[tuple[str | None, str | None]] = []
+
+    def the_server(location: str | None, workdir: Path, api_key: str | None = None) -> ClientBackend:
+        opened.append((location, api_key))
+        return server
+
+    monkeypatch.setattr(workspace, "open_index", the_server)
+    monkeypatch.setenv("QDRANT_API_KEY", "key-from-env")
+    pipe = open_pipeline(model.files)
+    assert opened == [(url, "key-from-env")]
+    assert [h.id for h in pipe.search(QUESTION)] == [h.id for h in built.search(QUESTION)]
+    assert server.client.get_collection(key).config.metadata["composer"]["build"] == build  # not rebuilt
+    server.drop(key)
+    with pytest.raises(ComposerError, match=f"collection '{key}' on {url} \\(referenced, not copied\\)"):
+        open_pipeline(model.files)
+    assert not server.client.collection_exists(key)  # the model never builds on the server
+    with pytest.raises(InputError, match="carries a secret"):
+        _artifacts(tmp_path / "model", config, tmp_path / "work" / "indexes" / key,
+                   Where("", "", tmp_path / "work", "https://user:pw@qdrant.example"))
+
+
+@pytest.mark.slow
+def test_a_local_embedding_model_is_copied_into_the_model(tmp_path: Path) -> None:
+    """A dense winner whose embedding model is a local folder answers with the same hits in a fresh process
+    after the work dir, the corpus and that folder are moved away: the model carries a copy of it."""
+    from mlflow import MlflowClient
+
+    from composer.api import load_pipeline
+
+    tiny = save_tiny_sentence_transformer(tmp_path / "models", ARABIC_PIECES)
+    shutil.copy(SAMPLE / "corpus.jsonl", tmp_path / "corpus.jsonl")
+    dims = {"retrieval.mode": {"choices": ["dense"]}, "retrieval.k": {"choices": [5]}}
+    exp_file = write_experiment(tmp_path, dims=dims, n_questions=5, name="dense", corpus="corpus.jsonl")
+    write_space(tmp_path, dims, defaults={"embedding": {"provider": "sentence-transformers",
+                                                        "model": str(tiny)}})
+    runner = CliRunner()
+    result = runner.invoke(app, ["optimize", str(exp_file), "--n-trials", "1"])
+    assert result.exit_code == 0, result.output
+    best = tmp_path / "best.yaml"
+    result = runner.invoke(app, ["export", "dense", "-e", str(exp_file), "--register", "dense-model", "-o",
+                                 str(best)])
+    assert result.exit_code == 0, result.output
+    size = sum(f.stat().st_size for f in tiny.rglob("*") if f.is_file())
+    assert f"embedding model: copied from local folder tiny-bert ({size / 1e6:.1f} MB)" in result.output
+    exp = load_experiment(exp_file)
+    version = MlflowClient(exp.tracking_uri).get_model_version_by_alias("dense-model", "challenger")
+    assert version.tags["composer.embedder_bytes"] == str(size)
+    assert "copied from local folder tiny-bert" in str(version.description)
+    expected = [h.id for h in load_pipeline(best, workdir=exp.work_dir).search(QUESTION)]
+    away = [exp.work_dir / name for name in ("indexes", "cache", "qdrant")] + [
+        tmp_path / "corpus.jsonl", tmp_path / "models"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for path in away:
+        shutil.move(path, elsewhere / path.name)
+    out = subprocess.run([sys.executable, "-c", LOAD, "models:/dense-model@challenger", QUESTION],
+                         cwd=elsewhere, env=_env(exp.tracking_uri), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout.strip().splitlines()[-1])
+    assert [h["id"] for h in row["hits"]] == expected and len(set(h["score"] for h in row["hits"])) > 1

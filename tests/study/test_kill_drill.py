@@ -17,7 +17,7 @@ from pathlib import Path
 import optuna
 import pytest
 from fake_llm_server import FakeLLMServer
-from sample_study import SAMPLE, write_sample_study
+from sample_study import SAMPLE, write_experiment
 from scripted_llm import ScriptedRAG
 
 from composer.data import load_questions
@@ -26,25 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 from bench_drill import audit, experiment_copy, leaderboard_rows, optimize, writer_pids
 
-SPACE = """
-dimensions:
-  retrieval.mode: {choices: [bm25]}
-  chunking.method: {choices: [paragraph, sentence]}
-  retrieval.k: {type: int, low: 1, high: 10}
-"""
-EXPERIMENT = """
-name: drill
-corpus: {corpus}
-questions: questions.jsonl
-search_space: space.yaml
-sampler: {{name: tpe, seed: 3, n_startup_trials: 2}}
-pruner: none
-n_trials: 5
-batch_size: 15
-heartbeat_interval: 600
-mlflow: {{traces: 2}}
-llm: {{model: openai/slow, api_base: "{url}", timeout: 10}}
-"""
+DIMS = {"retrieval.mode": {"choices": ["bm25"]}, "chunking.method": {"choices": ["paragraph", "sentence"]},
+        "retrieval.k": {"type": "int", "low": 1, "high": 10}}
 
 
 @pytest.fixture
@@ -89,8 +72,10 @@ def kill_when(experiment: Path, log: Path, ready: Callable[[], bool], *, writer_
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_study_killed_three_times_ends_as_if_never_killed(tmp_path: Path, slow_llm: FakeLLMServer) -> None:
-    source = write_sample_study(tmp_path, space=SPACE, experiment=EXPERIMENT.replace("{url}", slow_llm.url),
-                                n_questions=45)
+    source = write_experiment(tmp_path, dims=DIMS, n_questions=45, name="drill", n_trials=5, batch_size=15,
+                              sampler={"name": "tpe", "seed": 3, "n_startup_trials": 2},
+                              heartbeat_interval=600, mlflow={"traces": 2},
+                              llm={"model": "openai/slow", "api_base": slow_llm.url, "timeout": 10})
     reference = experiment_copy(source, tmp_path / "reference-work", tmp_path / "reference.yaml")
     reference_log = tmp_path / "reference.log"
     assert optimize(reference, reference_log).wait() == 0, reference_log.read_text()

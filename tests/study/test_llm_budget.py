@@ -5,6 +5,8 @@ so far and says so, and the spend passes the budget by less than one batch."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -91,3 +93,60 @@ def test_budget_stops_the_crossing_trial_within_one_batch(tmp_path: Path, server
     cost, requests = spent(trials)
     assert limit <= requests < limit + per_batch
     assert cost > 0
+
+
+WORKERS_SPACE = """
+defaults:
+  retrieval: {mode: bm25}
+dimensions:
+  retrieval.k: {choices: [3, 5]}
+  generation.template: {choices: [concise, grounded]}
+  generation.temperature: {choices: [0.0, 0.7]}
+"""
+
+
+@pytest.mark.slow
+def test_budget_is_shared_by_two_workers_and_passed_by_at_most_a_batch_each(
+    tmp_path: Path, server: FakeLLMServer
+) -> None:
+    """Two `composer optimize` processes on one PostgreSQL study: the budget is the sum of both workers'
+    spend (read through the storage), both stop, and the spend passes it by less than one batch per
+    worker; the server saw no more than that (plus each worker's preflight)."""
+    from postgres import postgres_bin, running_postgres
+
+    from composer.study._workers import WORKER_ATTR
+
+    bin_dir = postgres_bin()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL server binaries not installed: apt-get install postgresql, as .ci/run does")
+    (tmp_path / "space.yaml").write_text(WORKERS_SPACE, encoding="utf-8")
+    limit = 120
+    exp_file = tmp_path / "budget.yaml"
+    exp_file.write_text(EXPERIMENT.format(corpus=EXAMPLE / "corpus.jsonl", url=server.url, batch=BATCH,
+                                          limit=limit).replace("n_trials: 4", "n_trials: 20"),
+                        encoding="utf-8")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    with running_postgres(bin_dir) as pg:
+        storage = pg.database("budget")
+        command = [sys.executable, "-m", "composer", "optimize", str(exp_file), "--storage", storage]
+        procs = [
+            subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+            for _ in range(2)
+        ]
+        outputs = [p.communicate(timeout=600)[0] for p in procs]
+        for p, out in zip(procs, outputs, strict=True):
+            assert p.returncode == 0, out[-4000:]
+            assert "stopped: LLM budget spent" in " ".join(out.split()), out[-4000:]
+        study = optuna.load_study(study_name="budget", storage=storage)
+        trials = study.get_trials(deepcopy=False)
+    assert len({t.system_attrs.get(WORKER_ATTR) for t in trials}) == 2  # both workers ran trials
+    fates = [fate_of(t) for t in trials]
+    assert "budget" in fates and "complete" in fates, fates
+    first = max((TrialRecord.of(t) for t in trials if fate_of(t) == "complete"),
+                key=lambda r: r.llm_usage["llm_requests"] if r is not None else 0)
+    assert first is not None
+    per_batch = first.llm_usage["llm_requests"] * BATCH / 12
+    _, requests = spent(trials)
+    assert limit <= requests < limit + 2 * per_batch, (requests, per_batch)
+    assert server.stats()["chat_requests"] == requests  # every request the workers sent is counted

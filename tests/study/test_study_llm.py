@@ -21,6 +21,7 @@ from typing import Any
 import optuna
 import pytest
 from fake_llm_server import ChatRequest, FakeLLMServer, Reply, hang, malformed, rate_limited, server_error
+from sample_study import SAMPLE, write_experiment
 from scripted_llm import ScriptedRAG, kind_of, template_of
 from typer.testing import CliRunner
 
@@ -29,51 +30,18 @@ from composer.data import load_questions
 from composer.record import TrialRecord
 from composer.study.experiment import ExperimentConfig, load_experiment
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "arcd-sample"
 N_QUESTIONS = 12
 KEY_ENV = "COMPOSER_STUDY_TEST_KEY"
 SECRET = "sk-composer-study-0a1b2c3d4e5f6789"
-# A grid of four configurations: every one runs exactly once, in the seeded grid order.
-SPACE = """
-defaults:
-  retrieval: {mode: bm25, k: 5}
-  generation: {temperature: 0.7}
-dimensions:
-  generation.template: {choices: [grounded, concise]}
-  query_expansion.method: {choices: [none, multi_query]}
-"""
-BUDGET_SPACE = """
-defaults:
-  retrieval: {mode: bm25, k: 5}
-dimensions:
-  generation.template: {choices: [concise, grounded]}
-  generation.temperature: {choices: [0.0, 0.7]}
-"""
-EXPERIMENT = """
-name: {name}
-corpus: {corpus}
-questions: questions.jsonl
-search_space: {space}
-objective: {{k: 5, metrics: {{recall: 1, answer_correctness: 1, faithfulness: 1, llm_judge_rating: 1}}}}
-sampler: {{name: grid, seed: null}}  # one grid sampler for the run: each point once
-pruner: none
-n_trials: {n_trials}
-batch_size: 6
-mlflow: {{traces: 3}}
-workdir: {workdir}
-llm:
-  model: openai/fake
-  api_base: {url}
-  api_key_env: {key_env}
-  timeout: 1.0
-  max_retries: 3
-  backoff_base: 0.01
-  backoff_max: 0.05
-  price: {{input: 1.0, output: 2.0}}
-judge:
-  metrics: [answer_correctness, faithfulness]
-  max_failure_share: 0.25
-"""
+# A grid of four configurations: every one runs exactly once, in the grid's declared order.
+DIMS = {"generation.template": {"choices": ["grounded", "concise"]},
+        "query_expansion.method": {"choices": ["none", "multi_query"]}}
+DEFAULTS = {"retrieval": {"mode": "bm25", "k": 5}, "generation": {"temperature": 0.7}}
+# Two templates at two temperatures: the concise ones break, the grounded ones after them run.
+BUDGET_DIMS = {"generation.template": {"choices": ["concise", "grounded"]},
+               "generation.temperature": {"choices": [0.0, 0.7]}}
+OBJECTIVE = {"k": 5,
+             "metrics": {"recall": 1, "answer_correctness": 1, "faithfulness": 1, "llm_judge_rating": 1}}
 
 
 @dataclass
@@ -88,17 +56,12 @@ class Study:
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("llm-study")
-    lines = (EXAMPLE / "questions.jsonl").read_text(encoding="utf-8").splitlines()[:N_QUESTIONS]
-    (root / "questions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (root / "space.yaml").write_text(SPACE, encoding="utf-8")
-    (root / "budget-space.yaml").write_text(BUDGET_SPACE, encoding="utf-8")
-    return root
+    return tmp_path_factory.mktemp("llm-study")
 
 
 @pytest.fixture(scope="module")
 def server(root: Path) -> Iterator[FakeLLMServer]:
-    golds = {q.question: q.gold_answers[0] for q in load_questions(root / "questions.jsonl")}
+    golds = {q.question: q.gold_answers[0] for q in load_questions(SAMPLE / "questions.jsonl")}
     with FakeLLMServer(ScriptedRAG(golds)) as srv:
         yield srv
 
@@ -110,12 +73,17 @@ def secret_env() -> Iterator[None]:
     del os.environ[KEY_ENV]
 
 
-def run_study(root: Path, server: FakeLLMServer, name: str, space: str = "space.yaml", *extra: str,
-              workdir: str = ".composer") -> Study:
-    exp_file = root / f"{name}.yaml"
-    exp_file.write_text(EXPERIMENT.format(name=name, corpus=EXAMPLE / "corpus.jsonl", url=server.url,
-                                          key_env=KEY_ENV, n_trials=4, space=space, workdir=workdir),
-                        encoding="utf-8")
+def run_study(root: Path, server: FakeLLMServer, name: str, *extra: str, budget: bool = False) -> Study:
+    """``name``'s study (the four-point grid, or the budget grid in a work dir of its own)."""
+    llm = {"model": "openai/fake", "api_base": server.url, "api_key_env": KEY_ENV, "timeout": 1.0,
+           "max_retries": 3, "backoff_base": 0.01, "backoff_max": 0.05,
+           "price": {"input": 1.0, "output": 2.0}}
+    exp_file = write_experiment(
+        root, dims=BUDGET_DIMS if budget else DIMS, defaults=DEFAULTS, n_questions=N_QUESTIONS,
+        file=f"{name}.yaml", name=name, search_space="budget-space.yaml" if budget else "space.yaml",
+        objective=OBJECTIVE, sampler={"name": "grid", "seed": None}, n_trials=4, batch_size=6,
+        mlflow={"traces": 3}, workdir=".composer-budget" if budget else ".composer", llm=llm,
+        judge={"metrics": ["answer_correctness", "faithfulness"], "max_failure_share": 0.25})
     exp = load_experiment(exp_file)
     study_name = extra[extra.index("--study-name") + 1] if "--study-name" in extra else name
     started = time.monotonic()
@@ -126,6 +94,7 @@ def run_study(root: Path, server: FakeLLMServer, name: str, space: str = "space.
     return Study(exp, exp_file, study, result.output, seconds, server.chat_requests)
 
 
+# Every test but the shipped experiment's runs or reads a whole LLM study (~1 min on 2 cores): slow tier.
 @pytest.fixture(scope="module")
 def faulty(root: Path, server: FakeLLMServer, secret_env: None) -> Iterator[tuple[Study, str]]:
     """The study, with a rate limit, two server errors, a timeout and a malformed body on its way."""
@@ -172,6 +141,7 @@ def run_traces(client: Any, run: Any) -> list[Any]:
     return list(client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id))
 
 
+@pytest.mark.slow
 def test_every_trial_completes_despite_the_faults(faulty: tuple[Study, str], server: FakeLLMServer) -> None:
     study, _ = faulty
     states = [t.state.name for t in study.study.trials]
@@ -191,6 +161,7 @@ def test_every_trial_completes_despite_the_faults(faulty: tuple[Study, str], ser
           f"{study.requests} chat requests")
 
 
+@pytest.mark.slow
 def test_mlflow_holds_tokens_cost_and_error_rates(faulty: tuple[Study, str]) -> None:
     study, _ = faulty
     client, trials, _ = mlflow_runs(study)
@@ -225,6 +196,7 @@ def test_mlflow_holds_tokens_cost_and_error_rates(faulty: tuple[Study, str]) -> 
     assert totals["llm_prompt_tokens"] > 0 and totals["llm_cost_usd"] > 0 and totals["llm_cached_calls"] > 0
 
 
+@pytest.mark.slow
 def test_traces_show_generate_and_judge_spans(faulty: tuple[Study, str]) -> None:
     study, _ = faulty
     client, trials, _ = mlflow_runs(study)
@@ -242,6 +214,7 @@ def test_traces_show_generate_and_judge_spans(faulty: tuple[Study, str]) -> None
     assert judge.outputs["faithfulness"] == 1.0
 
 
+@pytest.mark.slow
 def test_the_key_is_in_no_param_tag_artifact_trace_or_log(faulty: tuple[Study, str], server: FakeLLMServer
                                                            ) -> None:
     study, logs = faulty
@@ -265,11 +238,12 @@ def test_the_key_is_in_no_param_tag_artifact_trace_or_log(faulty: tuple[Study, s
     assert len(seen) > 20 and len(logs) > 0
 
 
+@pytest.mark.slow
 def test_a_rerun_of_the_same_configurations_is_served_from_the_llm_cache(
     faulty: tuple[Study, str], root: Path, server: FakeLLMServer
 ) -> None:
     before = server.chat_requests
-    rerun = run_study(root, server, "llm-e2e", "space.yaml", "--study-name", "llm-e2e-rerun")
+    rerun = run_study(root, server, "llm-e2e", "--study-name", "llm-e2e-rerun")
     assert server.chat_requests == before  # not one request reached the server
     assert [t.state.name for t in rerun.study.trials] == ["COMPLETE"] * 4
     _, trials, _ = mlflow_runs(rerun)
@@ -281,6 +255,7 @@ def test_a_rerun_of_the_same_configurations_is_served_from_the_llm_cache(
     assert again == first  # the same answers, the same scores
 
 
+@pytest.mark.slow
 def test_a_trial_over_its_failure_budget_fails_with_the_reason_and_the_next_one_runs(
     root: Path, server: FakeLLMServer, secret_env: None
 ) -> None:
@@ -294,7 +269,7 @@ def test_a_trial_over_its_failure_budget_fails_with_the_reason_and_the_next_one_
     server.route = concise_breaks
     try:
         # A work dir of its own: no reply another study cached may rescue a broken answer.
-        broken = run_study(root, server, "llm-budget", "budget-space.yaml", workdir=".composer-budget")
+        broken = run_study(root, server, "llm-budget", budget=True)
     finally:
         server.route = scripted
     trials = broken.study.trials
@@ -339,6 +314,7 @@ def test_the_shipped_llm_experiment_and_space_load_and_sample_valid_configs() ->
     assert len(models) == 3 and expansions == {"none", "multi_query", "hyde"}
 
 
+@pytest.mark.slow
 def test_the_exported_winner_carries_its_llm_and_eval_reproduces_it_from_the_cache(
     faulty: tuple[Study, str], server: FakeLLMServer, tmp_path: Path
 ) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import optuna
 import pytest
 from fake_llm_server import FakeLLMServer
-from sample_study import SAMPLE, write_sample_study
+from sample_study import SAMPLE, write_experiment
 from scripted_llm import ScriptedRAG
 from sqlalchemy.exc import OperationalError
 
@@ -25,26 +25,8 @@ from composer.data import load_questions
 from composer.record import TrialRecord
 from composer.study.experiment import load_experiment
 
-SPACE = """
-dimensions:
-  retrieval.mode: {choices: [bm25]}
-  chunking.method: {choices: [paragraph, sentence]}
-  retrieval.k: {type: int, low: 1, high: 10}
-"""
-EXPERIMENT = """
-name: resume
-corpus: {corpus}
-questions: questions.jsonl
-search_space: space.yaml
-sampler: {{name: random, seed: 0}}
-pruner: none
-n_trials: 6
-batch_size: 15
-heartbeat_interval: 600
-mlflow: {{traces: 1}}
-workdir: .composer
-llm: {{model: openai/slow, api_base: "{url}", timeout: 10}}
-"""
+DIMS = {"retrieval.mode": {"choices": ["bm25"]}, "chunking.method": {"choices": ["paragraph", "sentence"]},
+        "retrieval.k": {"type": "int", "low": 1, "high": 10}}
 COMPOSER = str(Path(sys.executable).parent / "composer")
 
 
@@ -70,8 +52,9 @@ def slow_llm() -> Iterator[FakeLLMServer]:
 def test_a_killed_study_resumes_without_losing_or_rerunning_trials(
     tmp_path: Path, slow_llm: FakeLLMServer
 ) -> None:
-    exp_file = write_sample_study(tmp_path, space=SPACE, experiment=EXPERIMENT.replace("{url}", slow_llm.url),
-                                  n_questions=45)
+    exp_file = write_experiment(tmp_path, dims=DIMS, n_questions=45, name="resume", n_trials=6, batch_size=15,
+                                heartbeat_interval=600, mlflow={"traces": 1}, workdir=".composer",
+                                llm={"model": "openai/slow", "api_base": slow_llm.url, "timeout": 10})
     exp = load_experiment(exp_file)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "150"}
     log = (tmp_path / "first.log").open("w")

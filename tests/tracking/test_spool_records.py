@@ -314,7 +314,7 @@ def test_a_spool_file_removed_while_its_orphan_folder_is_released_is_nothing_to_
 def test_names_in_a_record_never_make_paths_outside_their_folder(tmp_path: Path) -> None:
     """A record is data, and so are the names in it: a chunk table's key (a file under the parent run's
     chunks/) and a chart's name (plots/<name>.png) are plain file names or the record is refused."""
-    from test_study_writer import writer_for
+    from writer_logs import writer_for
 
     from composer.tracking.spool import _Decoder
 

@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from sample_study import write_sample_study
+from sample_study import write_experiment
 
 from composer.data import load_questions
 from composer.errors import InputError
@@ -28,23 +28,6 @@ from composer.store import SqliteStore, sqlite_file, sqlite_url
 COMPOSER = str(Path(sys.executable).with_name("composer"))
 ODD = "w%41x?mode=ro#frag"
 """A work dir name that SQLAlchemy reads as ``wAx`` with the query ``mode=ro`` and a URL parser cuts at #."""
-
-SPACE = """
-dimensions:
-  retrieval.mode: {choices: [bm25]}
-  retrieval.k: {choices: [3, 5]}
-"""
-EXPERIMENT = """
-name: stores
-corpus: {corpus}
-questions: questions.jsonl
-search_space: space.yaml
-objective: {{k: 5}}
-sampler: {{name: random, seed: 0}}
-pruner: none
-n_trials: 2
-mlflow: {{traces: 1}}
-"""
 
 FULL_DISK = textwrap.dedent(
     """
@@ -67,8 +50,8 @@ FULL_DISK = textwrap.dedent(
 
 
 def study(root: Path, workdir: str = ".composer") -> Path:
-    experiment = EXPERIMENT + f"workdir: {json.dumps(workdir)}\n".replace("{", "{{").replace("}", "}}")
-    return write_sample_study(root, space=SPACE, experiment=experiment, n_questions=12)
+    return write_experiment(root, n_questions=12, name="stores", objective={"k": 5}, mlflow={"traces": 1},
+                            workdir=workdir)
 
 
 def composer(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -14,62 +14,17 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import pytest
 from ended_trials import ended_trial
-from optuna.trial import FrozenTrial
 from rich.console import Console
+from writer_logs import runs_by_trial, settings, trial_log, writer_for
 
-from composer.data.ranking import ChunkTable, Ranking
-from composer.evaluation.report import EvaluationReport, SampleTable
+from composer.data.ranking import ChunkTable
 from composer.record import TrialRecord
 from composer.study.live import StudyProgress
 from composer.tracking.runs import RunWriter
 from composer.tracking.spool import RECORD, Orphans, Spool
-from composer.tracking.trial import TrialReport
-from composer.tracking.writer import TRACE_BACKLOG, StudyTracker, WriterSettings, _write
-
-TABLE = ChunkTable(
-    ("a#0", "b#0", "c#0"), ("a", "b", "c"), ("alpha text", "beta text", "gamma text"), key="composer-test"
-)
-
-
-def trial_log(number: int, state: str = "COMPLETE") -> tuple[FrozenTrial, TrialReport]:
-    ranking = Ranking(("q1", "q2"), np.array([[0, 1], [2, -1]]), np.array([[0.9, 0.5], [0.7, 0.0]]), TABLE)
-    table = SampleTable(
-        ("q1", "q2"), ("first?", "second?"), metrics={"recall@1": np.array([1.0, 0.0])}, retrieved=ranking
-    )
-    return ended_trial(number, {"retrieval": {"mode": "bm25", "k": 2}}, state, metrics={"composite": 0.5},
-                       report=EvaluationReport(table, (1,), "document"))
-
-
-def settings(tmp_path: Path, **options: Any) -> WriterSettings:
-    return WriterSettings(
-        f"sqlite:///{tmp_path / 'mlflow.db'}",
-        "writer",
-        "s",
-        spool=tmp_path / "spool" / "s",
-        storage=f"sqlite:///{tmp_path / 'optuna.db'}",
-        artifact_root=tmp_path / "artifacts",
-        **options,
-    )
-
-
-def writer_for(tmp_path: Path) -> RunWriter:
-    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
-    return RunWriter(f"sqlite:///{tmp_path / 'mlflow.db'}", "writer", "s", storage=storage)
-
-
-def runs_by_trial(tmp_path: Path) -> dict[int, Any]:
-    from mlflow import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("writer")
-    assert experiment is not None
-    runs = client.search_runs([experiment.experiment_id], filter_string="tags.`composer.role` = 'trial'")
-    numbers = [int(r.data.tags["composer.trial"]) for r in runs]
-    assert len(numbers) == len(set(numbers)), "one run per trial"
-    return {int(r.data.tags["composer.trial"]): r for r in runs}
+from composer.tracking.writer import TRACE_BACKLOG, StudyTracker, _write
 
 
 def test_logs_are_written_by_the_writer_process_and_the_spool_emptied(tmp_path: Path) -> None:
@@ -90,8 +45,8 @@ def test_logs_are_written_by_the_writer_process_and_the_spool_emptied(tmp_path: 
 
 CHILD = textwrap.dedent("""
     import sys
-    sys.path[:0] = sys.argv[2:]  # this file's folder and tests/, for its helpers
-    from test_study_writer import settings, trial_log
+    sys.path[:0] = sys.argv[2:]  # tests/, for its helpers
+    from writer_logs import settings, trial_log
     from composer.tracking.spool import Spool
     from pathlib import Path
     import os

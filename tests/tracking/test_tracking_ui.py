@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from test_spool_records import study_summary
-from test_study_writer import runs_by_trial, settings, trial_log, writer_for
+from writer_logs import runs_by_trial, settings, trial_log, writer_for
 
 from composer.data.ranking import ChunkTable
 from composer.tracking.runs import BEST_TAG, QUESTION_TABLE, STATE_TAG, RunWriter, read_question_table
