@@ -291,8 +291,11 @@ def use_wal(database: str | Path) -> None:
     connects to it in this process (Optuna's storage), as the caches above: a commit then costs
     microseconds instead of an fsync (3.7 ms here), and a study commits several times per trial; readers
     never block the writer. A crash of the process loses nothing committed; only a power cut may lose the
-    last transactions. The MLflow store is left as MLflow opens it: the MLflow UI and users' notebooks
-    read it too, with connection pools of their own. A full disk is then raised as a NoSpaceError naming
+    last transactions. The MLflow writer puts its local store in WAL mode too (a trial's run is ~10
+    commits): the MLflow UI and notebooks read it through SQLite, which is safe; a process that also
+    opens the file some other way and closes it drops its SQLite locks on it (POSIX locks are
+    per-process), after which another process may delete the WAL under its open connections, so read
+    the file's bytes from another process. A full disk is then raised as a NoSpaceError naming
     the file of whichever SQLite database SQLAlchemy writes in this process (MLflow's too): SQLite's own
     error names none."""
     from sqlalchemy import event

@@ -350,7 +350,11 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
         if isinstance(data.get(key), str):
             data[key] = (base / data[key]).resolve()
     if isinstance(data.get("judge"), str):  # a judge file, as `composer judges tune --out` writes one
-        data["judge"] = load_judge_file(base / data["judge"])
+        judge_file = base / data["judge"]
+        if not judge_file.is_file():  # the experiment's line is what to fix, not the file it names
+            raise ConfigError(f"judge file {judge_file} not found (a judge block, or the path of a YAML "
+                              "file holding one)", path=p, field="judge")
+        data["judge"] = load_judge_file(judge_file)
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as exc:

@@ -30,7 +30,7 @@ from composer.locks import FileLock
 from composer.mlflow_store import prepare_mlflow_store
 from composer.record import TrialRecord
 from composer.redact import flatten, scrub, scrub_url
-from composer.store import sqlite_file
+from composer.store import sqlite_file, use_wal
 from composer.tracking.parent import ParentClaims
 from composer.tracking.summary import StudySummary
 from composer.tracking.trial import TrialReport, trial_config
@@ -107,6 +107,7 @@ class RunWriter:
 
         if (file := sqlite_file(tracking_uri)) is not None:
             file.parent.mkdir(parents=True, exist_ok=True)
+            use_wal(file)
         self.tracking_uri = tracking_uri
         self.study_name = study_name
         self.max_traces = max_traces

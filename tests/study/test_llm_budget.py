@@ -99,10 +99,11 @@ WORKERS_SPACE = """
 defaults:
   retrieval: {mode: bm25}
 dimensions:
-  retrieval.k: {choices: [3, 5]}
+  retrieval.k: {choices: [3, 4, 5, 6]}
   generation.template: {choices: [concise, grounded]}
   generation.temperature: {choices: [0.0, 0.7]}
 """
+"""16 configurations, about twice what the budget pays for: the budget, not the grid, ends both workers."""
 
 
 @pytest.mark.slow

@@ -193,10 +193,23 @@ def test_per_question_traces_with_their_spans(finished: Finished) -> None:
     assert "recall@5" in judge.outputs
 
 
+SCAN = """
+import pathlib, sys
+root, secret = pathlib.Path(sys.argv[1]), sys.argv[2].encode()
+files = [p for p in root.rglob("*") if p.is_file() and not p.name.startswith("optuna.db")]
+print(len(files), *(p for p in files if secret in p.read_bytes()))
+"""
+
+
 def test_no_secret_reaches_mlflow(finished: Finished) -> None:
-    for path in (finished.root / ".composer").rglob("*"):
-        if path.is_file() and not path.name.startswith("optuna.db"):
-            assert SECRET.encode() not in path.read_bytes(), path
+    # Read in another process: closing a descriptor of a SQLite file drops every POSIX lock this process
+    # holds on it (MLflow's pooled connections' too), and the next writer would then delete the WAL under
+    # them, leaving this module's later reads on a stale copy of the store.
+    scanned, *holding = subprocess.run(
+        [sys.executable, "-c", SCAN, str(finished.root / ".composer"), SECRET],
+        capture_output=True, text=True, check=True, timeout=120,
+    ).stdout.split()
+    assert int(scanned) > 10 and holding == []
     param = trial_runs(finished)[0].data.params["embedding.api_base"]
     assert param == "https://***@llm.example/v1"
 
