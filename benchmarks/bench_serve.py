@@ -180,6 +180,12 @@ def registry(sizes: list[int], arcd: Path, cache: Path) -> None:
             row = registered_model(name, corpus, questions, Path(tmp))
             (model,) = {p.parent for p in Path(tmp, ".composer").rglob("composer.json")}
             row["model_mb"] = sum(f.stat().st_size for f in model.rglob("*") if f.is_file()) / 1e6
+            # what makes it up: the saved index (chunks.json, arrays), the packed Edge shard ("edge"), ...
+            row["model_parts_mb"] = {
+                part.name: round(sum(f.stat().st_size for f in part.rglob("*") if f.is_file()) / 1e6, 1)
+                if part.is_dir() else round(part.stat().st_size / 1e6, 3)
+                for part in model.iterdir()
+            }
         print(json.dumps(row, ensure_ascii=False), flush=True)
 
 

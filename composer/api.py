@@ -390,7 +390,7 @@ def _pipeline_workdir(config: object) -> Path:
     if isinstance(config, str | Path):
         folder = Path(config).resolve().parent
         return folder if folder.name == DEFAULT_WORKDIR.name else folder / DEFAULT_WORKDIR.name
-    from composer.documents.cache import default_cache_dir
+    from composer.files import default_cache_dir
 
     return default_cache_dir()
 

@@ -38,6 +38,15 @@ class NoSpaceError(ComposerError):
         super().__init__(f"no space left on device writing {self.path}")
 
 
+def default_cache_dir() -> Path:
+    """The user's cache folder: ``$COMPOSER_CACHE_DIR``, else ``$XDG_CACHE_HOME/composer``, else
+    ``~/.cache/composer``."""
+    if explicit := os.environ.get("COMPOSER_CACHE_DIR"):
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "composer"
+
+
 def disk_full(exc: BaseException) -> bool:
     """Whether ``exc`` itself says the disk is full: ENOSPC or EDQUOT, or SQLite's SQLITE_FULL (also inside
     SQLAlchemy's wrapper, as Optuna and MLflow raise it)."""

@@ -8,6 +8,9 @@ from typing import Any
 
 import yaml
 
+from composer.data import load_corpus, load_questions
+from composer.data.types import Corpus, QuestionSet
+
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "arcd-sample"
 
 # The smallest study that runs: BM25, two values of k, two random trials, no traces.
@@ -21,6 +24,17 @@ BASE_EXPERIMENT: dict[str, Any] = {
     "n_trials": 2,
     "mlflow": {"traces": 0},
 }
+
+
+def sample_corpus() -> Corpus:
+    """The sample's corpus (a fresh copy: a test may not see another's changes)."""
+    return load_corpus(SAMPLE / "corpus.jsonl")
+
+
+def sample_questions(corpus: Corpus, n_questions: int) -> QuestionSet:
+    """The sample's first ``n_questions``, checked against ``corpus``."""
+    full = load_questions(SAMPLE / "questions.jsonl", corpus=corpus)
+    return QuestionSet(full.questions[:n_questions], full.source)
 
 
 def write_questions(root: Path, n_questions: int) -> Path:

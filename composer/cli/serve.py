@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -49,9 +51,10 @@ def serve_command(
 
     started = time.perf_counter()
     if tracking_uri is not None:
-        import mlflow
-
-        mlflow.set_tracking_uri(tracking_uri)
+        # Read by MLflow if and when it is imported: a model in a local registry opens without it.
+        os.environ["MLFLOW_TRACKING_URI"] = tracking_uri
+        if "mlflow" in sys.modules:
+            sys.modules["mlflow"].set_tracking_uri(tracking_uri)
     engine = load_engine(target, corpus, workdir=workdir, qdrant=qdrant)
     tracer = Tracer(trace, tracking_uri, engine.name) if trace is not None else None
     app = create_app(engine, Limits(max_body_bytes, max_question_chars, max_k, threads), tracer)

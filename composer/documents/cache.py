@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 from composer.documents.extracted import Extracted, Skipped
+from composer.files import default_cache_dir
 from composer.store import SqliteStore
 
 logger = logging.getLogger(__name__)
@@ -25,13 +25,6 @@ FILENAME = "documents.sqlite3"
 READER_VERSION = 1
 """Raised whenever a reader or a repair changes what it gives, so older entries are never read."""
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS extracted (key TEXT PRIMARY KEY, value TEXT NOT NULL)",)
-
-
-def default_cache_dir() -> Path:
-    if explicit := os.environ.get("COMPOSER_CACHE_DIR"):
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "composer"
 
 
 class DocumentCache:

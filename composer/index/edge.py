@@ -12,6 +12,11 @@ files, so one process at a time may use ``<name>/``: the one holding the lock ``
 process builds its own copy under ``.workers/<host>-<pid>-<token>/<name>/`` from the shared embedding
 cache (an upsert, no re-encoding) and removes it at exit; the copies of a crashed process are swept by
 the next process that needs one. A Qdrant server (``qdrant: http://...``) shares one collection instead.
+
+A finished collection travels (in a registered model) as ``export_shard`` packs it: shard and build
+record, without the holes of its preallocated files (``composer.index.packing``); ``import_shard`` unpacks
+such a pack as a collection of another work dir, which is then opened as built: no point is upserted again
+(250,000 chunks: 44-52 s of upserts on a loaded 2-core machine before).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from composer.index.base import (
     require_dense,
 )
 from composer.index.bm25 import SparseVector
+from composer.index.packing import pack_folder, unpack_folder
 from composer.locks import FileLock
 
 if TYPE_CHECKING:
@@ -224,6 +230,36 @@ class EdgeBackend:
             for d, s in pairs
         ]
         return self._run(name, requests)
+
+    def export_shard(self, name: str, dest: Path) -> bool:
+        """Pack the finished collection ``name`` (its shard as built and optimized, and its build record)
+        into the new folder ``dest`` (``composer.index.packing``): False, and nothing packed, when it is
+        unfinished, absent or in use by another process. This process holds its lock meanwhile, so nobody
+        opens it while it is read; a lock taken only for this is released after."""
+        shared = self._dir(name)
+        owned = shared in _OWNED
+        if not owned and not (shared / "meta.json").is_file():
+            return False  # never built here: no lock file left behind for it
+        try:
+            if self._home(name) != shared or not self.exists(name):
+                return False
+            path = self._shard_path(name)
+            if not path.is_dir():
+                return False
+            shard = _OPEN.get(path)
+            if shard is not None:  # open here: what it holds in memory goes to its files first
+                shard.flush()
+            pack_folder(shared, dest)
+            return True
+        finally:
+            if not owned and shared in _OWNED and self._shard_path(name) not in _OPEN:
+                _OWNED.pop(shared).release()
+
+    def import_shard(self, name: str, pack: Path) -> None:
+        """Collection ``name`` unpacked from ``pack`` (``export_shard``'s), replacing what it held: a copy
+        this process opens (opening writes to a shard's files, so the pack itself is never opened)."""
+        self.drop(name)
+        unpack_folder(pack, self._home(name))
 
     def close(self) -> None:
         """Release every shard and lock under ``root`` (other processes may open them afterwards) and

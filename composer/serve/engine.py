@@ -190,27 +190,55 @@ def load_engine(
 
 
 def _model_engine(uri: str, corpus: Path | None) -> Engine:
-    """A pyfunc model's pipeline when it exposes one (the model itself, or its ``pipeline``), else its
+    """A registered Composer model's pipeline, opened from its files (``composer.serve.model_files``);
+    another pyfunc model's pipeline when it exposes one (the model itself, or its ``pipeline``), else its
     ``predict``. With ``corpus`` the pipeline is (re)indexed on it: a model may carry its config only."""
+    from composer.serve.model_files import composer_artifacts, open_pipeline, registered_folder
+
+    name = uri.split(":/", 1)[1].strip("/") or uri
+    folder = registered_folder(uri)  # a local registry read directly: no MLflow import, no store opening
+    if folder is None:
+        folder = _downloaded(uri)
+    artifacts = composer_artifacts(folder)
+    if artifacts is not None:
+        pipe = open_pipeline(artifacts)
+    else:
+        pipe = _pyfunc_pipeline(uri, folder)
+        if not isinstance(pipe, Pipeline):
+            return PredictEngine(pipe, name)
+    if corpus is not None:
+        from composer.data import load_corpus
+
+        pipe.index(load_corpus(corpus))
+    return PipelineEngine(pipe, name)
+
+
+def _downloaded(uri: str) -> Path:
+    """The local folder of the MLflow model ``uri`` (downloaded where its artifacts are remote)."""
+    import mlflow.artifacts
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return Path(mlflow.artifacts.download_artifacts(artifact_uri=uri))
+    except (MlflowException, OSError) as exc:
+        raise ComposerError(f"{uri}: cannot load the model: {scrub(str(exc)).splitlines()[0]}") from None
+
+
+def _pyfunc_pipeline(uri: str, folder: Path) -> Any:
+    """The pipeline of the pyfunc model saved as ``folder`` (the model itself, or its ``pipeline``), else
+    the loaded model."""
     import mlflow.pyfunc
     from mlflow.exceptions import MlflowException
 
     try:
         # No scan of every installed package for the model's pins (9.5 of a 17 s load measured on the
         # sample's model, benchmarks/bench_serve.py --registry): the server is what runs the model.
-        model = mlflow.pyfunc.load_model(uri, suppress_warnings=True)
+        model = mlflow.pyfunc.load_model(str(folder), suppress_warnings=True)
     except (MlflowException, OSError) as exc:
         raise ComposerError(f"{uri}: cannot load the model: {scrub(str(exc)).splitlines()[0]}") from None
-    name = uri.split(":/", 1)[1].strip("/") or uri
     try:
         inner: Any = model.unwrap_python_model()
     except MlflowException:  # another flavor (a sklearn model...): predict only
         inner = None
     pipe = inner if isinstance(inner, Pipeline) else getattr(inner, "pipeline", None)
-    if not isinstance(pipe, Pipeline):
-        return PredictEngine(model, name)
-    if corpus is not None:
-        from composer.data import load_corpus
-
-        pipe.index(load_corpus(corpus))
-    return PipelineEngine(pipe, name)
+    return pipe if isinstance(pipe, Pipeline) else model

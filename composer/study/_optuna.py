@@ -10,8 +10,10 @@ moves one fails there, by name, not deep in a study.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -40,6 +42,35 @@ def set_system_attr(study: optuna.Study, trial: optuna.Trial | FrozenTrial, key:
 def all_trials(study: optuna.Study) -> list[FrozenTrial]:
     """Every trial of the study as stored now, without copies (read only)."""
     return list(study._storage.get_all_trials(study._study_id, deepcopy=False))
+
+
+@dataclass
+class _StartRead:
+    """The trials read at the start of one trial: its storage (held weakly: a new study's storage may
+    take a dead one's address), study id and trial number, and what was read."""
+
+    storage: weakref.ref[BaseStorage] | None = None
+    study_id: int = -1
+    number: int = -1
+    trials: list[FrozenTrial] = field(default_factory=list)
+
+
+_START = _StartRead()
+
+
+def trials_at_start(study: optuna.Study, number: int) -> list[FrozenTrial]:
+    """Every trial of the study, read once when trial ``number`` starts and shared by what its start asks
+    of them (the sampler's place or grid point, the slot claim, the budget, the repeat check): each read
+    queries the storage (~4 ms at 500 trials), and a start used to make four. What another worker changes
+    in the milliseconds between them is the race of two workers asking at once (a surplus trial, a repeat
+    run instead of answered), which the study settles already. Read only."""
+    read = _START
+    if read.storage is None or read.storage() is not study._storage or (read.study_id, read.number) != (
+        study._study_id, number
+    ):
+        read.trials = all_trials(study)
+        read.storage, read.study_id, read.number = weakref.ref(study._storage), study._study_id, number
+    return read.trials
 
 
 def get_trial(study: optuna.Study, tid: int) -> FrozenTrial:

@@ -142,7 +142,10 @@ def _artifacts(tmp: Path, config: dict[str, Any], index: Path, where: Where) -> 
                f"${server['api_key_env']} at load); Composer's chunk table, BM25 state and rescoring "
                f"vectors copied ({_mb(index)})")
     else:
-        how = f"copied: saved index ({_mb(index)}), its Qdrant Edge collection rebuilt from it at load"
+        shard = _pack_shard(where.workdir, index, tmp / "edge")
+        files["edge"] = str(tmp / "edge")
+        how = (f"copied: saved index ({_mb(index)}) and its finished Qdrant Edge shard "
+               f"({shard / 1e6:.1f} MB packed), opened as they are at load")
     tags = {"composer.index": how}
     model = (config.get("embedding") or {}).get("model")
     if not _dense(config) or not model:
@@ -155,6 +158,27 @@ def _artifacts(tmp: Path, config: dict[str, Any], index: Path, where: Where) -> 
                                  f"({size / 1e6:.1f} MB)", "composer.embedder_bytes": str(size)})
     return Artifacts(files, {**tags, "composer.embedder": f"referenced by hub name {model} "
                              "(downloaded on first load)"})
+
+
+def _pack_shard(workdir: Path, index: Path, dest: Path) -> int:
+    """The finished Qdrant Edge shard of the index saved as ``index``, packed into ``dest`` (its bytes of
+    data): the work dir's own, or where that one is absent or in use by another process, one built now
+    from the saved index in a scratch folder (an upsert of its arrays, no analysis)."""
+    from composer.index import EdgeBackend
+    from composer.pipeline.indexing import open_built
+    from composer.pipeline.saved import load_index, read_record
+
+    if EdgeBackend(workdir / "qdrant").export_shard(index.name, dest):
+        return _bytes(dest)
+    with tempfile.TemporaryDirectory(prefix="composer-shard-") as scratch:
+        backend = EdgeBackend(scratch)
+        try:
+            open_built(backend, load_index(index), read_record(index)["settings"])
+            if not backend.export_shard(index.name, dest):
+                raise ComposerError(f"the Qdrant Edge shard built for {index.name} is unfinished")
+        finally:
+            backend.close()
+    return _bytes(dest)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import copy
 import hashlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -309,7 +309,9 @@ class TrialRunner:
         return self.reports.pop(number, TrialReport())
 
     def _claim_slot(self, trial: optuna.Trial) -> None:
-        if self.target is not None and target_reached(trial.study, self.target, before=trial.number):
+        start = _optuna.trials_at_start(trial.study, trial.number)
+        if self.target is not None and target_reached(trial.study, self.target, before=trial.number,
+                                                      trials=start):
             trial.study.stop()
             raise SurplusTrial(
                 f"surplus: the study's {self.target} trials were already taken by other workers"
@@ -347,7 +349,7 @@ class TrialRunner:
         except ComposerError as exc:
             raise InvalidConfiguration(str(exc)) from exc
         record = TrialRecord(config_dict(config), digest)
-        earlier = completed_with(trial.study, record.config_hash)
+        earlier = completed_with(_optuna.trials_at_start(trial.study, trial.number), record.config_hash)
         if earlier is not None:
             return self._repeat(trial, record, earlier)
         record.save(trial)  # the config is on the trial at once: a crash leaves it for the retry
@@ -396,7 +398,7 @@ class TrialRunner:
         if self.budget is not None:
             budget.check(self.budget, trial, usage)
         objective = self.data.objective
-        value = objective.composite(report.means())
+        value = objective.composite(report.means_of(objective.weights))
         steps.append(value)
         last[:] = [report]
         if objective.secondary or isinstance(trial.study.pruner, optuna.pruners.NopPruner):
@@ -427,14 +429,17 @@ def time_split(record: TrialRecord, seconds: Mapping[str, float]) -> dict[str, f
     return {stage: round(value, 6) for stage, value in out.items()}
 
 
-def completed_with(study: optuna.Study, digest: str) -> optuna.trial.FrozenTrial | None:
-    """The first complete trial of configuration ``digest``, if any."""
+def completed_with(
+    trials: Sequence[optuna.trial.FrozenTrial], digest: str
+) -> optuna.trial.FrozenTrial | None:
+    """The first complete trial of configuration ``digest`` among ``trials``, if any."""
     from optuna.trial import TrialState
 
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        record = TrialRecord.of(t)
-        if record is not None and record.config_hash == digest and record.composite is not None:
-            return t
+    for t in trials:
+        if t.state == TrialState.COMPLETE:
+            record = TrialRecord.of(t)
+            if record is not None and record.config_hash == digest and record.composite is not None:
+                return t
     return None
 
 

@@ -353,28 +353,39 @@ def _parse_dimension(raw_key: str, spec: Any, earlier: Sequence[str], later: Seq
                           path=source, field=f"{where}.type")
     when = _parse_when(spec.get("when"), key, earlier, later, source, where, free)
     if kind == "categorical":
-        choices = spec.get("choices")
-        if isinstance(choices, dict) and choices:
-            bundles = {str(label): _free_bundle(b, source, f"{where}.choices.{label}") if free
-                       else _check_bundle(key, b, source, f"{where}.choices.{label}")
-                       for label, b in choices.items()}
-            return Dimension(key, "categorical", tuple(bundles), bundles, when=when)
-        if not isinstance(choices, list) or not choices:
-            raise ConfigError("expected a non-empty list (or a mapping of labelled bundles)",
-                              path=source, field=f"{where}.choices")
-        if isinstance(target, type):
-            raise ConfigError(f"'{key}' is a section: give its choices as labelled mappings",
-                              path=source, field=f"{where}.choices")
-        for choice in choices:
-            if target is not None:
-                _check_value(target, choice, source, f"{where}.choices")
-            if isinstance(choice, str) and scrub_url(choice) != choice:
-                raise ConfigError(
-                    "a choice holds a credential, and the study storage keeps every choice: name the key's "
-                    "environment variable (api_key_env), or make the choices labelled bundles",
-                    path=source, field=f"{where}.choices",
-                )
-        return Dimension(key, "categorical", tuple(choices), when=when)
+        return _categorical(key, spec.get("choices"), target, when, source, where, free)
+    return _numeric_range(key, kind, spec, target, when, source, where)
+
+
+def _categorical(key: str, choices: Any, target: FieldInfo | type[BaseModel] | None,
+                 when: dict[str, tuple[Any, ...]], source: str, where: str, free: bool) -> Dimension:
+    """A categorical dimension: a list of values, or a mapping of labelled bundles."""
+    if isinstance(choices, dict) and choices:
+        bundles = {str(label): _free_bundle(b, source, f"{where}.choices.{label}") if free
+                   else _check_bundle(key, b, source, f"{where}.choices.{label}")
+                   for label, b in choices.items()}
+        return Dimension(key, "categorical", tuple(bundles), bundles, when=when)
+    if not isinstance(choices, list) or not choices:
+        raise ConfigError("expected a non-empty list (or a mapping of labelled bundles)",
+                          path=source, field=f"{where}.choices")
+    if isinstance(target, type):
+        raise ConfigError(f"'{key}' is a section: give its choices as labelled mappings",
+                          path=source, field=f"{where}.choices")
+    for choice in choices:
+        if target is not None:
+            _check_value(target, choice, source, f"{where}.choices")
+        if isinstance(choice, str) and scrub_url(choice) != choice:
+            raise ConfigError(
+                "a choice holds a credential, and the study storage keeps every choice: name the key's "
+                "environment variable (api_key_env), or make the choices labelled bundles",
+                path=source, field=f"{where}.choices",
+            )
+    return Dimension(key, "categorical", tuple(choices), when=when)
+
+
+def _numeric_range(key: str, kind: Kind, spec: Mapping[str, Any], target: FieldInfo | type[BaseModel] | None,
+                   when: dict[str, tuple[Any, ...]], source: str, where: str) -> Dimension:
+    """An int or float dimension from ``low`` to ``high``, with an optional ``step`` or ``log`` scale."""
     if target is not None and (
         isinstance(target, type) or target.annotation is not {"int": int, "float": float}[kind]
     ):

@@ -218,6 +218,10 @@ _CLASSES: dict[str, type[Any]] = {
 _FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in _CLASSES.values()}
 
 
+_PLAIN = frozenset({str, float, int, bool, type(None)})
+"""Types JSON writes as they are."""
+
+
 class _Encoder:
     """A payload as JSON values, with its numpy arrays (and bytes) set apart in ``arrays`` and its chunk
     tables with a key passed to ``table`` and named by it."""
@@ -233,8 +237,8 @@ class _Encoder:
         kind = type(obj)
         if obj is None or kind is str or kind is float or kind is int or kind is bool:
             return obj
-        if kind is list:
-            return [self.encode(v) for v in obj]
+        if kind is list:  # question ids and texts (1,395 strings a record on ARCD) go as they are
+            return obj if all(type(v) in _PLAIN for v in obj) else [self.encode(v) for v in obj]
         if kind is dict:
             if TAG not in obj and all(type(k) is str for k in obj):
                 return {k: self.encode(v) for k, v in obj.items()}

@@ -16,23 +16,21 @@ import optuna
 import pytest
 import pytrec_eval
 from langchain_core.documents import Document as LCDocument
-from sample_study import SAMPLE, write_experiment
+from sample_study import SAMPLE, sample_corpus, sample_questions, write_experiment
 
 import composer
-from composer.data import load_corpus, load_questions
 from composer.data.types import Corpus, QuestionSet
 from composer.errors import ComposerError, ConfigError
 
 
 @pytest.fixture(scope="module")
 def corpus() -> Corpus:
-    return load_corpus(SAMPLE / "corpus.jsonl")
+    return sample_corpus()
 
 
 @pytest.fixture(scope="module")
 def questions(corpus: Corpus) -> QuestionSet:
-    full = load_questions(SAMPLE / "questions.jsonl", corpus=corpus)
-    return QuestionSet(full.questions[:60], full.source)
+    return sample_questions(corpus, 60)
 
 
 class Bm25sRetriever:
@@ -398,6 +396,7 @@ def test_optimize_a_factory_prunes_resumes_and_rescores_the_winner(
     assert again.best_value == pytest.approx(result.best_value)
 
 
+@pytest.mark.slow
 def test_pruning_fires_for_a_factory(corpus: Corpus, questions: QuestionSet, tmp_path: Path) -> None:
     """A system that is much worse after the first batches is stopped before it answers every question."""
     factory = Factory(corpus)
@@ -431,6 +430,7 @@ def test_pruning_fires_for_a_factory(corpus: Corpus, questions: QuestionSet, tmp
     assert result.best_params == {"k": 10}
 
 
+@pytest.mark.slow
 def test_a_factory_failing_above_the_failure_share_fails_the_trial_with_the_reason(
     corpus: Corpus, questions: QuestionSet, tmp_path: Path
 ) -> None:

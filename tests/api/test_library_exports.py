@@ -16,27 +16,25 @@ from typing import Any
 
 import pytest
 from fake_llm_server import ChatRequest, FakeLLMServer
+from sample_study import SAMPLE, sample_corpus, sample_questions
 from scripted_llm import ScriptedRAG, kind_of
 from typer.testing import CliRunner
 
 import composer
 from composer.cli.app import app
-from composer.data import load_corpus, load_questions
 from composer.data.types import Corpus, QuestionSet
 
-SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "arcd-sample"
 N_QUESTIONS = 6
 
 
 @pytest.fixture(scope="module")
 def corpus() -> Corpus:
-    return load_corpus(SAMPLE / "corpus.jsonl")
+    return sample_corpus()
 
 
 @pytest.fixture(scope="module")
 def questions(corpus: Corpus) -> QuestionSet:
-    full = load_questions(SAMPLE / "questions.jsonl", corpus=corpus)
-    return QuestionSet(full.questions[:N_QUESTIONS], full.source)
+    return sample_questions(corpus, N_QUESTIONS)
 
 
 # -- the export carries every setting that shapes an LLM request -----------------------------------------
@@ -67,6 +65,7 @@ def recorded() -> Iterator[tuple[FakeLLMServer, Recorded]]:
         yield srv, route
 
 
+@pytest.mark.slow
 def test_an_exported_winner_sends_the_trials_llm_settings_and_hits_its_cache(
     recorded: tuple[FakeLLMServer, Recorded], tmp_path: Path
 ) -> None:
@@ -229,6 +228,7 @@ def test_an_unusable_system_is_told_what_is_accepted(questions: QuestionSet, tmp
 
 
 
+@pytest.mark.slow
 def test_a_factory_that_returns_no_system_stops_the_study_at_its_first_trial(
     questions: QuestionSet, tmp_path: Path
 ) -> None:
@@ -253,6 +253,7 @@ def test_a_factory_that_returns_no_system_stops_the_study_at_its_first_trial(
 # -- a flat space, optimize without a corpus, the API's words ---------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_flat_space_with_bare_lists_and_typed_ranges_optimizes_a_factory_without_a_corpus(
     corpus: Corpus, questions: QuestionSet, tmp_path: Path
 ) -> None:

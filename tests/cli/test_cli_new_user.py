@@ -391,6 +391,7 @@ def test_switches_are_shown_without_a_value_in_help() -> None:
 
 # -- 18.8 optimize --workdir; 18.7 a selection set too small to separate the top trials ----------------------
 
+@pytest.mark.slow
 def test_optimize_workdir_and_a_selection_set_that_cannot_separate_the_top_trials(tmp_path: Path) -> None:
     """k 5 and k 10 rank alike at the objective's cutoff 5: equal composites, a difference CI of [0, 0]."""
     dims = {"retrieval.mode": {"choices": ["bm25"]}, "retrieval.k": {"choices": [5, 10]}}

@@ -8,8 +8,11 @@ from pathlib import Path
 import pytest
 from doc_blocks import REPO_ROOT, blocks_of, doc_pages, prepare_folder, run_page
 
-# Pages whose blocks run a whole study (20-40 s each on 2 cores): the slow tier.
-_SLOW = {"README.md", "docs/getting-started.md", "docs/how-to/llm-cost.md"}
+# Pages whose blocks run a whole study (20-40 s each on 2 cores), or several composer processes and
+# index builds (4-8 s): the slow tier.
+_SLOW = {"README.md", "docs/getting-started.md", "docs/how-to/llm-cost.md", "docs/how-to/pipelines.md",
+         "docs/how-to/analyzers.md", "docs/concepts/index-keys-and-caches.md",
+         "docs/how-to/your-own-system.md"}
 
 
 def _params() -> list[object]:

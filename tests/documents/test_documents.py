@@ -523,6 +523,7 @@ workdir: work
 """
 
 
+@pytest.mark.slow
 @needs_font
 def test_a_folder_goes_through_synth_optimize_and_export_with_page_citations(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -577,7 +578,7 @@ def test_an_unusable_cache_costs_speed_only(tmp_path: Path, caplog: pytest.LogCa
 
 
 def test_the_cache_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from composer.documents.cache import default_cache_dir
+    from composer.files import default_cache_dir
 
     monkeypatch.delenv("COMPOSER_CACHE_DIR", raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)

@@ -169,6 +169,7 @@ def test_the_api_returns_the_typed_verdict(files: dict[str, Path], tmp_path: Pat
     assert plain.gate is None and "gate" not in plain.summary()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="the example script is a bash script")
 def test_the_example_ci_script_runs_offline_on_the_sample(files: dict[str, Path], tmp_path: Path) -> None:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",

@@ -116,6 +116,7 @@ def _section(page: str, heading: str) -> str:
     return page.split(f"<h2>{heading}")[1].split("<h2>")[0]
 
 
+@pytest.mark.slow
 def test_the_page_gives_the_held_out_verdict_of_the_winner(ran: Ran) -> None:
     held = ran.study.user_attrs["held_out"]
     d = held["difference"]
@@ -129,6 +130,7 @@ def test_the_page_gives_the_held_out_verdict_of_the_winner(ran: Ran) -> None:
     assert f"Winner really better: <strong>{typed.difference.verdict}</strong>" in verdict
 
 
+@pytest.mark.slow
 def test_the_page_gives_the_bootstrap_intervals_of_the_best_trials(ran: Ran, tmp_path: Path) -> None:
     from mlflow import MlflowClient
 
@@ -146,6 +148,7 @@ def test_the_page_gives_the_bootstrap_intervals_of_the_best_trials(ran: Ran, tmp
     assert intervals.count("<tr>") == 1 + min(len(ran_itself), TOP)  # the header, then the best trials
 
 
+@pytest.mark.slow
 def test_the_page_gives_each_trials_llm_cost_and_tokens_and_the_totals(ran: Ran) -> None:
     page = ran.page.read_text(encoding="utf-8")
     board = _section(page, "Leaderboard")
@@ -177,6 +180,7 @@ def test_the_page_gives_each_trials_llm_cost_and_tokens_and_the_totals(ran: Ran)
     assert f"LLM cost: ${totals['llm_cost_usd']:.4f} over all trials" in page
 
 
+@pytest.mark.slow
 def test_the_page_links_the_study_and_every_trial_to_its_mlflow_run(ran: Ran, tmp_path: Path) -> None:
     page = ran.page.read_text(encoding="utf-8")
     runs = f"{DEFAULT_UI_URL}/#/experiments/{ran.experiment_id}/runs/"
@@ -190,6 +194,7 @@ def test_the_page_links_the_study_and_every_trial_to_its_mlflow_run(ran: Ran, tm
     assert "<script" not in page and 'src="http' not in page  # links only: nothing is fetched
 
 
+@pytest.mark.slow
 def test_a_ui_url_that_is_no_web_address_is_refused(ran: Ran, tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["report", "-e", str(ran.exp_file), "--out", str(tmp_path / "p.html"),
                                       "--ui-url", "javascript:alert(1)"])
@@ -209,6 +214,7 @@ def test_links_to_a_tracking_server_go_to_the_server_without_its_credentials() -
     assert ui_base("https://me:pw@mlflow.example", "http://ui.example:8080/") == "http://ui.example:8080"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600)])
 def test_the_page_and_the_trial_artifacts_follow_the_umask(
     ran: Ran, tmp_path: Path, umask: int, mode: int

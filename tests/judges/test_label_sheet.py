@@ -121,6 +121,20 @@ def test_the_page_escapes_every_text_and_sets_each_ones_direction() -> None:
     assert page.count('dir="auto"') == 4  # question, answer, reference, the passage
 
 
+def test_a_row_without_passages_reads_back_as_a_label_with_none() -> None:
+    """An answer whose passages MLflow does not hold (its index's texts were not logged) is still
+    labelled: an empty list in the CSV, "none" on the page, and the labels file reads it."""
+    row = SheetRow("q1@3", "سؤال؟", "جواب", (), None, "faithfulness", 3, None)
+    sheet = LabellingSheet("s", "faithfulness", [row], "1", {3: "r"}, missing_contexts=1)
+    table = list(csv.DictReader(io.StringIO(sheet.to_csv().lstrip("\ufeff"))))
+    assert table == [{"id": "q1@3", "question": "سؤال؟", "answer": "جواب", "contexts": "[]",
+                      "reference_answer": "", "metric": "faithfulness", "label": "", "rationale": "",
+                      "trial": "3", "judge_score": ""}]
+    page = sheet.to_html()
+    assert "<dt>passages</dt><dd><ol><li>none</li></ol></dd>" in page
+    assert "reference answer" not in page and "faithfulness none" in page
+
+
 @pytest.mark.slow
 def test_without_a_judge_or_without_answers(tmp_path: Path) -> None:
     """Extractive answers, no judge: the sheet has no scores (the trials answer alike: each answer is drawn

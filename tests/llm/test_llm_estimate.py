@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from fake_llm_server import ChatRequest, FakeLLMServer, Reply
+from sample_study import write_experiment, write_questions
 from scripted_llm import ScriptedRAG
 from typer.testing import CliRunner
 
@@ -27,37 +28,16 @@ from composer.cost.estimate import Estimate
 from composer.data import load_questions
 from composer.llm.pricing import count_text_tokens, count_tokens
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "arcd-sample"
 MODEL = "openai/fake"
-SPACE = """
-defaults:
-  retrieval: {mode: bm25}
-  query_expansion: {n: 2}
-dimensions:
-  generation.template: {choices: [grounded, concise]}
-  retrieval.k: {choices: [2, 4]}
-  query_expansion.method: {choices: [multi_query]}
-"""
-EXPERIMENT = """
-name: priced
-corpus: {corpus}
-questions: questions.jsonl
-search_space: space.yaml
-objective: {{k: 3, metrics: {{recall: 1, answer_correctness: 1, faithfulness: 1}}}}
-split: {{held_out: 0.4, seed: 0}}
-sampler: {{name: grid, seed: null}}
-pruner: none
-n_trials: 4
-batch_size: 10
-mlflow: {{traces: 0}}
-workdir: work
-llm:
-  model: {model}
-  api_base: {url}
-  price: {{input: 150.0, output: 600.0}}
-judge:
-  metrics: [answer_correctness, faithfulness]
-"""
+DEFAULTS = {"retrieval": {"mode": "bm25"}, "query_expansion": {"n": 2}}
+DIMS = {"generation.template": {"choices": ["grounded", "concise"]}, "retrieval.k": {"choices": [2, 4]},
+        "query_expansion.method": {"choices": ["multi_query"]}}
+FIELDS: dict[str, Any] = {
+    "name": "priced",
+    "objective": {"k": 3, "metrics": {"recall": 1, "answer_correctness": 1, "faithfulness": 1}},
+    "split": {"held_out": 0.4, "seed": 0}, "sampler": {"name": "grid", "seed": None}, "n_trials": 4,
+    "batch_size": 10, "workdir": "work", "judge": {"metrics": ["answer_correctness", "faithfulness"]},
+}
 
 
 class Billing:
@@ -81,13 +61,11 @@ class Billing:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeLLMServer, Path]]:
     root = tmp_path_factory.mktemp("priced")
-    lines = (EXAMPLE / "questions.jsonl").read_text(encoding="utf-8").splitlines()[:15]
-    (root / "questions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (root / "space.yaml").write_text(SPACE, encoding="utf-8")
-    golds = {q.question: q.gold_answers[0] for q in load_questions(root / "questions.jsonl")}
+    golds = {q.question: q.gold_answers[0] for q in load_questions(write_questions(root, 15))}
     with FakeLLMServer(Billing(ScriptedRAG(golds))) as srv:
-        (root / "exp.yaml").write_text(
-            EXPERIMENT.format(corpus=EXAMPLE / "corpus.jsonl", url=srv.url, model=MODEL), encoding="utf-8")
+        write_experiment(root, dims=DIMS, defaults=DEFAULTS, n_questions=15, file="exp.yaml", **FIELDS,
+                         llm={"model": MODEL, "api_base": srv.url,
+                              "price": {"input": 150.0, "output": 600.0}})
         yield srv, root
 
 

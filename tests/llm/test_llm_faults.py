@@ -238,6 +238,7 @@ def test_eval_and_synth_name_a_missing_api_key(
     assert named.exit_code == 2 and f"environment variable {KEY_ENV} is not set" in named.output
 
 
+@pytest.mark.slow
 def test_synth_with_a_dead_server_stops_at_the_test_request(tmp_path: Path) -> None:
     url = closed_port_url()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}

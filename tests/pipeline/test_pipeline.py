@@ -470,6 +470,7 @@ def test_progress_hook_reports_analyze_encode_index_and_query(
 # -- quality on the whole of ARCD ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_bm25_on_full_arcd_reaches_the_issue_bar(arcd_dir: Path, tmp_path: Path) -> None:
     corpus = load_corpus(arcd_dir / "corpus.jsonl")
     questions = load_questions(arcd_dir / "questions.jsonl", corpus=corpus)

@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sample_study import SAMPLE, write_experiment, write_sample_study, write_space
@@ -72,6 +73,7 @@ def registered(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     return exp.tracking_uri, exp.work_dir
 
 
+@pytest.mark.slow
 def test_registry_entry_carries_aliases_tags_and_requirements(
     registered: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -110,6 +112,7 @@ def test_registry_entry_carries_aliases_tags_and_requirements(
     assert run.info.status == "FINISHED" and run.info.end_time < champion.creation_timestamp
 
 
+@pytest.mark.slow
 def test_champion_answers_in_a_fresh_process_without_work_dir_or_corpus(
     registered: tuple[str, Path], tmp_path: Path
 ) -> None:
@@ -151,6 +154,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_mlflow_models_serve_answers_invocations(registered: tuple[str, Path], tmp_path: Path) -> None:
     tracking, _ = registered
     mlflow_cli = Path(sys.executable).with_name("mlflow")
@@ -182,6 +186,7 @@ def test_mlflow_models_serve_answers_invocations(registered: tuple[str, Path], t
     assert row["answer"] and row["hits"]
 
 
+@pytest.mark.slow
 def test_composer_serve_loads_the_models_uri(
     registered: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -194,6 +199,7 @@ def test_composer_serve_loads_the_models_uri(
     assert engine.search(QUESTION, 3).value
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "message"), [
     (["--register", "bad/name"], "a model name is"),
     (["--promote"], "--register NAME"),
@@ -218,6 +224,7 @@ def test_study_without_a_finished_trial_exits_2(tmp_path: Path) -> None:
     assert "no completed trial" in result.output and len(result.output.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_eval_config_reopens_the_saved_index_without_corpus(
     registered: tuple[str, Path], tmp_path: Path
 ) -> None:
@@ -236,6 +243,7 @@ def test_eval_config_reopens_the_saved_index_without_corpus(
     assert scores["recall@5"] > 0 and scores == json.loads(indexed.stdout)["metrics"]
 
 
+@pytest.mark.slow
 def test_study_result_registers_from_python(tmp_path: Path) -> None:
     from mlflow import MlflowClient
 
@@ -338,3 +346,144 @@ def test_a_local_embedding_model_is_copied_into_the_model(tmp_path: Path) -> Non
     assert out.returncode == 0, out.stderr
     (row,) = json.loads(out.stdout.strip().splitlines()[-1])
     assert [h["id"] for h in row["hits"]] == expected and len(set(h["score"] for h in row["hits"])) > 1
+
+
+def _model_artifacts(tracking: str, uri: str = "models:/qa-model@champion") -> dict[str, str]:
+    """The registered model's artifacts (name -> local path), found the way `composer serve` finds them."""
+    from composer.serve.model_files import composer_artifacts, registered_folder
+
+    folder = registered_folder(uri, tracking)
+    assert folder is not None, "an SQLite registry with local artifacts is read without MLflow"
+    artifacts = composer_artifacts(folder)
+    assert artifacts is not None
+    return artifacts
+
+
+@pytest.mark.slow
+def test_the_model_carries_its_finished_shard_and_loading_upserts_nothing(
+    registered: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Edge shard travels packed (holes left out: a few KB, not the 137 MB its preallocated files
+    would copy to) and loading opens a copy of it: not one point is upserted, whatever the corpus size.
+    A model without it (registered before shards travelled) still loads, its collection refilled."""
+    from composer.api import load_pipeline
+    from composer.index import EdgeBackend
+    from composer.serve.model_files import open_pipeline
+
+    tracking, workdir = registered
+    artifacts = _model_artifacts(tracking)
+    edge = Path(artifacts["edge"])
+    assert sum(f.stat().st_size for f in edge.iterdir()) < 2_000_000
+    config = json.loads(Path(artifacts["pipeline"]).read_text("utf-8"))
+    expected = [h.id for h in load_pipeline(config, workdir=workdir).search(QUESTION)]
+    upserted: list[int] = []
+    real_upsert = EdgeBackend.upsert
+
+    def counted(self: EdgeBackend, name: str, chunks: Any, *args: Any) -> None:
+        upserted.append(len(chunks))
+        real_upsert(self, name, chunks, *args)
+
+    monkeypatch.setattr(EdgeBackend, "upsert", counted)
+    pipe = open_pipeline(artifacts)
+    assert upserted == [] and [h.id for h in pipe.search(QUESTION)] == expected
+    assert not (edge / "shard").exists()  # the pack is copied out, never opened in place
+    old = open_pipeline({k: v for k, v in artifacts.items() if k != "edge"})
+    assert sum(upserted) == len(old.handle.table) and [h.id for h in old.search(QUESTION)] == expected
+
+
+@pytest.mark.slow
+def test_a_shard_that_does_not_match_the_saved_index_is_rebuilt_from_it(
+    registered: tuple[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from composer.index.packing import pack_folder, unpack_folder
+    from composer.serve.model_files import open_pipeline
+
+    tracking, _ = registered
+    artifacts = _model_artifacts(tracking)
+    unpack_folder(Path(artifacts["edge"]), tmp_path / "shard")
+    meta = json.loads((tmp_path / "shard" / "meta.json").read_text("utf-8"))
+    meta["meta"]["digest"]["chunks"] = "0" * 32  # built from other chunks, its record says
+    (tmp_path / "shard" / "meta.json").write_text(json.dumps(meta), "utf-8")
+    pack_folder(tmp_path / "shard", tmp_path / "edge")
+    healthy = open_pipeline(artifacts)
+    pipe = open_pipeline({**artifacts, "edge": str(tmp_path / "edge")})
+    assert "rebuilding it" in caplog.text
+    assert [h.id for h in pipe.search(QUESTION)] == [h.id for h in healthy.search(QUESTION)]
+
+
+@pytest.mark.slow
+def test_a_study_that_left_no_shard_registers_one_built_from_its_saved_index(
+    registered: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A work dir without the collection (a ``:memory:`` study, or its shard in use by another process):
+    the shard is built at registration from the saved index, not at every load."""
+    from composer.index import EdgeBackend
+    from composer.serve.model_files import open_pipeline
+    from composer.study.registry import _pack_shard
+
+    tracking, _ = registered
+    artifacts = _model_artifacts(tracking)
+    index = Path(artifacts["index"])
+    work = tmp_path / "work"
+    shutil.copytree(index, work / "indexes" / index.name)
+    assert _pack_shard(work, work / "indexes" / index.name, tmp_path / "edge") > 0
+    assert not (work / "qdrant").exists()  # built in a scratch folder, not in the study's work dir
+
+    def refused(*args: Any) -> None:
+        raise AssertionError("a model load upserted points")
+
+    expected = [h.id for h in open_pipeline(artifacts).search(QUESTION)]
+    monkeypatch.setattr(EdgeBackend, "upsert", refused)
+    pipe = open_pipeline({**artifacts, "edge": str(tmp_path / "edge")})
+    assert [h.id for h in pipe.search(QUESTION)] == expected
+
+
+SERVE_LOAD = """
+import sys
+import composer.index.edge as edge
+def refused(*args, **kwargs):
+    raise AssertionError("a model load upserted points")
+edge.EdgeBackend.upsert = refused
+from composer.serve.engine import PipelineEngine, load_engine
+engine = load_engine(sys.argv[1])
+assert isinstance(engine, PipelineEngine) and engine.ask(sys.argv[2]).value.answer
+print("mlflow imported" if "mlflow" in sys.modules else "mlflow not imported")
+"""
+
+
+@pytest.mark.slow
+def test_composer_serve_opens_a_local_registry_model_without_mlflow(
+    registered: tuple[str, Path], tmp_path: Path
+) -> None:
+    """`composer serve models:/...` on the embedded store reads the registry and opens the model's files
+    itself: importing MLflow and opening its store took most of a 17 s start."""
+    tracking, _ = registered
+    for uri in ("models:/qa-model@champion", "models:/qa-model/1"):
+        out = subprocess.run([sys.executable, "-c", SERVE_LOAD, uri, QUESTION], cwd=tmp_path,
+                             env=_env(tracking), capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip().splitlines()[-1] == "mlflow not imported"
+
+
+def test_packed_folders_keep_contents_and_holes(tmp_path: Path) -> None:
+    from composer.index.packing import BLOCK, pack_folder, unpack_folder
+
+    source = tmp_path / "source"
+    (source / "wal").mkdir(parents=True)
+    (source / "empty").mkdir()
+    sparse = source / "wal" / "open-1"
+    with open(sparse, "wb") as f:
+        f.truncate(8 * BLOCK)  # preallocated: a hole with a little data in it
+        f.seek(3 * BLOCK + 5)
+        f.write(b"data in the middle")
+    (source / "small.json").write_bytes(b'{"x": 1}')
+    (source / "zeros.bin").write_bytes(bytes(2 * BLOCK + 3))
+    packed = pack_folder(source, tmp_path / "pack")
+    assert packed < 2 * BLOCK  # the holes and zero blocks are left out
+    unpack_folder(tmp_path / "pack", tmp_path / "copy")
+    for path in [p for p in source.rglob("*") if p.is_file()]:
+        assert (tmp_path / "copy" / path.relative_to(source)).read_bytes() == path.read_bytes()
+    assert (tmp_path / "copy" / "empty").is_dir()
+    assert os.stat(tmp_path / "copy" / "wal" / "open-1").st_blocks * 512 < 2 * BLOCK  # sparse again
+    with pytest.raises(FileExistsError):
+        unpack_folder(tmp_path / "pack", tmp_path / "copy")

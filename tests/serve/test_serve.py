@@ -248,6 +248,7 @@ def test_an_llm_pipeline_answers_concurrently_and_never_shows_its_key(
     assert all(KEY not in t for t in [*texts, caplog.text])
 
 
+@pytest.mark.slow
 def test_requests_are_traced_into_an_mlflow_experiment(pipe: Pipeline, tmp_path: Path) -> None:
     import mlflow
 
@@ -269,6 +270,7 @@ def test_requests_are_traced_into_an_mlflow_experiment(pipe: Pipeline, tmp_path:
     assert "صحفي" in ask.data.spans[0].outputs["answer"]
 
 
+@pytest.mark.slow
 def test_mlflow_pyfunc_models_serve_their_pipeline_or_their_predict(tmp_path: Path) -> None:
     import mlflow
     import mlflow.pyfunc

@@ -13,9 +13,11 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fake_llm_server import FakeLLMServer
+from sample_study import SAMPLE, write_experiment, write_questions
 from scripted_llm import ScriptedRAG
 from scripted_synth import ScriptedSynth
 from typer.testing import CliRunner
@@ -24,46 +26,25 @@ from composer.cli.app import app
 from composer.data import load_corpus, load_questions
 from composer.study.experiment import load_experiment
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "arcd-sample"
-SPACE = """
-defaults:
-  retrieval: {mode: bm25, k: 3}
-dimensions:
-  generation.template: {choices: [grounded, concise]}
-  query_expansion.method: {choices: [none, multi_query]}
-"""
-EXPERIMENT = """
-name: counted
-corpus: {corpus}
-questions: questions.jsonl
-search_space: space.yaml
-objective: {{k: 3, metrics: {{recall: 1, answer_correctness: 1, faithfulness: 1}}}}
-split: {{held_out: 0.4, seed: 0}}
-sampler: {{name: grid, seed: null}}
-pruner: none
-n_trials: 3
-batch_size: 10
-mlflow: {{traces: 0}}
-workdir: work
-llm:
-  model: openai/fake
-  api_base: {url}
-  price: {{input: 1.0, output: 2.0}}
-judge:
-  metrics: [answer_correctness, faithfulness]
-"""
+DEFAULTS = {"retrieval": {"mode": "bm25", "k": 3}}
+DIMS = {"generation.template": {"choices": ["grounded", "concise"]},
+        "query_expansion.method": {"choices": ["none", "multi_query"]}}
+FIELDS: dict[str, Any] = {
+    "name": "counted",
+    "objective": {"k": 3, "metrics": {"recall": 1, "answer_correctness": 1, "faithfulness": 1}},
+    "split": {"held_out": 0.4, "seed": 0}, "sampler": {"name": "grid", "seed": None}, "n_trials": 3,
+    "batch_size": 10, "workdir": "work", "judge": {"metrics": ["answer_correctness", "faithfulness"]},
+}
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeLLMServer, Path]]:
     root = tmp_path_factory.mktemp("counted")
-    lines = (EXAMPLE / "questions.jsonl").read_text(encoding="utf-8").splitlines()[:15]
-    (root / "questions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (root / "space.yaml").write_text(SPACE, encoding="utf-8")
-    golds = {q.question: q.gold_answers[0] for q in load_questions(root / "questions.jsonl")}
+    golds = {q.question: q.gold_answers[0] for q in load_questions(write_questions(root, 15))}
     with FakeLLMServer(ScriptedRAG(golds)) as srv:
-        (root / "exp.yaml").write_text(
-            EXPERIMENT.format(corpus=EXAMPLE / "corpus.jsonl", url=srv.url), encoding="utf-8")
+        write_experiment(root, dims=DIMS, defaults=DEFAULTS, n_questions=15, file="exp.yaml", **FIELDS,
+                         llm={"model": "openai/fake", "api_base": srv.url,
+                              "price": {"input": 1.0, "output": 2.0}})
         yield srv, root
 
 
@@ -128,7 +109,7 @@ def test_every_request_is_counted_by_purpose_and_a_rerun_sends_only_the_prefligh
     assert done.exit_code == 0, done.output
     before = srv.chat_requests + srv.pings
     scored = CliRunner().invoke(app, [
-        "eval", str(root / "questions.jsonl"), "--corpus", str(EXAMPLE / "corpus.jsonl"), "--config",
+        "eval", str(root / "questions.jsonl"), "--corpus", str(SAMPLE / "corpus.jsonl"), "--config",
         str(exported), "--workdir", str(root / "work"), "--metrics", "answer_correctness", "--json"])
     assert scored.exit_code == 0, scored.output
     eval_by_purpose = json.loads(scored.stdout)["llm_by_purpose"]
@@ -140,7 +121,7 @@ def test_every_request_is_counted_by_purpose_and_a_rerun_sends_only_the_prefligh
 
 def test_synth_counts_its_test_request_and_its_generation(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join((EXAMPLE / "corpus.jsonl").read_text(encoding="utf-8").splitlines(True)[:12]),
+    corpus.write_text("".join((SAMPLE / "corpus.jsonl").read_text(encoding="utf-8").splitlines(True)[:12]),
                       encoding="utf-8")
     with FakeLLMServer(ScriptedSynth(load_corpus(corpus))) as srv:
         result = CliRunner().invoke(app, [

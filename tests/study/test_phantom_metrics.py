@@ -11,9 +11,9 @@ from typing import Any
 
 import optuna
 import pytest
+from sample_study import sample_corpus, sample_questions
 
 import composer
-from composer.data import load_corpus, load_questions
 from composer.data.types import Corpus, QuestionSet
 from composer.record import TrialRecord
 from composer.study.experiment import ObjectiveConfig
@@ -23,19 +23,17 @@ from composer.study.runner import ANSWERS_ATTR, StudyData
 from composer.study.space import parse_search_space
 from composer.study.steering import CONSTANT_ATTR, FIRST, ConstantMetrics, constant_metrics
 
-SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "arcd-sample"
 DEFAULT_KEYS = {"recall@10", "ndcg@10", "token_f1", "faithfulness_overlap"}
 
 
 @pytest.fixture(scope="module")
 def corpus() -> Corpus:
-    return load_corpus(SAMPLE / "corpus.jsonl")
+    return sample_corpus()
 
 
 @pytest.fixture(scope="module")
 def questions(corpus: Corpus) -> QuestionSet:
-    full = load_questions(SAMPLE / "questions.jsonl", corpus=corpus)
-    return QuestionSet(full.questions[:20], full.source)
+    return sample_questions(corpus, 20)
 
 
 class Shelf:

@@ -157,6 +157,7 @@ def test_a_bad_staged_setup_is_one_error_and_runs_nothing(
     assert not (tmp_path / ".composer" / "optuna.db").exists()
 
 
+@pytest.mark.slow
 def test_stages_without_staged_and_a_strategy_switch_are_refused(tmp_path: Path) -> None:
     path = write_experiment(tmp_path, dims=DIMS, n_questions=N_QUESTIONS, objective=OBJECTIVE,
                             stages={"top_n": 2})

@@ -22,7 +22,7 @@ from typing import Any
 import optuna
 import pytest
 import yaml
-from sample_study import write_sample_study
+from sample_study import write_experiment
 from typer.testing import CliRunner
 
 from composer.cli.app import app
@@ -32,29 +32,12 @@ from composer.study._storage import make_storage
 from composer.study.experiment import ExperimentConfig, load_experiment
 from composer.study.study import split_questions
 
+pytestmark = pytest.mark.slow  # every test reads one whole study (5 configurations, 60 questions)
+
 SECRET = "s3cr3t-pw"
-SPACE = f"""
-defaults:
-  embedding: {{api_base: "https://user:{SECRET}@llm.example/v1"}}
-dimensions:
-  retrieval.mode: {{choices: [bm25]}}
-  chunking.method: {{choices: [paragraph, sentence]}}
-  retrieval.k: {{choices: [1, 5, 10]}}
-"""
-EXPERIMENT = """
-name: e2e
-corpus: {corpus}
-questions: questions.jsonl
-search_space: space.yaml
-objective: {{k: 5}}
-sampler: {{name: tpe, seed: 0, n_startup_trials: 2}}
-pruner: {{name: median, n_startup_trials: 1, n_warmup_steps: 0}}
-n_trials: 5
-batch_size: 15
-split: {{held_out: 0.25, seed: 0}}
-mlflow: {{traces: 3}}
-workdir: .composer
-"""
+DEFAULTS = {"embedding": {"api_base": f"https://user:{SECRET}@llm.example/v1"}}
+DIMS = {"retrieval.mode": {"choices": ["bm25"]}, "chunking.method": {"choices": ["paragraph", "sentence"]},
+        "retrieval.k": {"choices": [1, 5, 10]}}
 # Enqueued first: a good config, a poor one (k=1 caps recall@5 at recall@1: pruned), the good one again.
 ENQUEUED = [
     {"retrieval.mode": "bm25", "chunking.method": "paragraph", "retrieval.k": 10},
@@ -76,7 +59,11 @@ class Finished:
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Finished:
     root = tmp_path_factory.mktemp("study")
-    exp_file = write_sample_study(root, space=SPACE, experiment=EXPERIMENT, n_questions=60)
+    exp_file = write_experiment(
+        root, dims=DIMS, defaults=DEFAULTS, n_questions=60, name="e2e", objective={"k": 5},
+        sampler={"name": "tpe", "seed": 0, "n_startup_trials": 2},
+        pruner={"name": "median", "n_startup_trials": 1, "n_warmup_steps": 0}, n_trials=5, batch_size=15,
+        split={"held_out": 0.25, "seed": 0}, mlflow={"traces": 3})
     exp = load_experiment(exp_file)
     pre = optuna.create_study(storage=make_storage(exp.storage_url), study_name="e2e", direction="maximize")
     for params in ENQUEUED:

@@ -20,7 +20,7 @@ from typing import Any
 import optuna
 import pytest
 from ended_trials import scripted_runner
-from sample_study import write_sample_study
+from sample_study import write_experiment, write_space
 from typer.testing import CliRunner
 
 from composer.cli.app import app
@@ -33,29 +33,16 @@ from composer.study.experiment import StopConfig
 
 COMPOSER = str(Path(sys.executable).with_name("composer"))
 
-SPACE = """
-dimensions:
-  retrieval.mode: {choices: [bm25]}
-  chunking.method: {choices: [paragraph, sentence]}
-  retrieval.k: {choices: [3, 5, 10]}
-"""
-EXPERIMENT = """
-name: faults
-corpus: {corpus}
-questions: questions.jsonl
-search_space: space.yaml
-objective: {{k: 5}}
-sampler: {{name: random, seed: 0}}
-pruner: none
-n_trials: 2
-mlflow: {{traces: 0}}
-workdir: .composer
-"""
+DIMS: dict[str, Any] = {"retrieval.mode": {"choices": ["bm25"]},
+                        "chunking.method": {"choices": ["paragraph", "sentence"]},
+                        "retrieval.k": {"choices": [3, 5, 10]}}
 
 
-def study_dir(root: Path, *, space: str = SPACE, extra: str = "") -> Path:
-    extra = extra.replace("{", "{{").replace("}", "}}")  # formatted with the corpus path
-    return write_sample_study(root, space=space, experiment=EXPERIMENT + extra, n_questions=20)
+def study_dir(root: Path, *, dims: dict[str, Any] = DIMS, defaults: dict[str, Any] | None = None,
+              **fields: Any) -> Path:
+    """The sample study "faults" (two random BM25 trials over 20 questions) with ``fields`` over it."""
+    return write_experiment(root, dims=dims, defaults=defaults, n_questions=20,
+                            **{"name": "faults", "objective": {"k": 5}, **fields})
 
 
 def optimize(exp: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -106,16 +93,10 @@ def test_a_study_whose_trials_all_fail_stops_with_one_error_and_one_line_per_tri
     broken = tmp_path / "broken-model"
     broken.mkdir()
     (broken / "config.json").write_text("{not json", encoding="utf-8")
-    space = f"""
-defaults:
-  embedding: {{provider: sentence-transformers, model: {broken}}}
-dimensions:
-  retrieval.mode: {{choices: [dense]}}
-  retrieval.k: {{choices: [3, 5, 10]}}
-  chunking.method: {{choices: [paragraph, sentence]}}
-"""
-    exp = study_dir(tmp_path, space=space)
-    exp.write_text(exp.read_text(encoding="utf-8").replace("n_trials: 2", "n_trials: 10"), encoding="utf-8")
+    dims = {"retrieval.mode": {"choices": ["dense"]}, "retrieval.k": {"choices": [3, 5, 10]},
+            "chunking.method": {"choices": ["paragraph", "sentence"]}}
+    exp = study_dir(tmp_path, dims=dims, n_trials=10,
+                    defaults={"embedding": {"provider": "sentence-transformers", "model": str(broken)}})
     result = optimize(exp)
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr + result.stdout
@@ -181,17 +162,13 @@ def test_what_counts_toward_the_stop_rules() -> None:
     assert stopped.value.exit_code == 1
 
 
+@pytest.mark.slow
 def test_a_space_of_invalid_combinations_ends(tmp_path: Path) -> None:
     """Invalid sampled combinations hold no slot but spend the study's allowance: it ends, with the
     error of the first, instead of sampling forever."""
-    space = """
-dimensions:
-  retrieval.mode: {choices: [bm25]}
-  chunking.method: {choices: [fixed_chars]}
-  chunking.size: {choices: [100, 200]}
-  chunking.overlap: {choices: [300, 400]}
-"""
-    exp = study_dir(tmp_path, space=space)
+    dims = {"retrieval.mode": {"choices": ["bm25"]}, "chunking.method": {"choices": ["fixed_chars"]},
+            "chunking.size": {"choices": [100, 200]}, "chunking.overlap": {"choices": [300, 400]}}
+    exp = study_dir(tmp_path, dims=dims)
     result = CliRunner().invoke(app, ["optimize", str(exp)])
     assert result.exit_code == 2 and "no trial of study faults completed" in result.output
     assert "overlap" in result.output
@@ -216,8 +193,8 @@ def test_an_unreachable_llm_is_found_before_the_first_trial(
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    extra = f"llm: {{model: openai/fake, api_base: '{endpoint.format(port=port)}', max_retries: 0}}\n"
-    exp = study_dir(tmp_path, extra=extra)
+    exp = study_dir(tmp_path, llm={"model": "openai/fake", "api_base": endpoint.format(port=port),
+                                   "max_retries": 0})
     result = CliRunner().invoke(app, ["optimize", str(exp)])
     assert result.exit_code == 2
     assert result.output.startswith("error: the LLM openai/fake at http://")
@@ -231,9 +208,7 @@ def test_an_unreachable_tracking_server_is_found_before_the_first_trial(tmp_path
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    exp = study_dir(tmp_path)
-    server = f"tracking_uri: 'http://u:TS-SECRET@127.0.0.1:{port}'"
-    exp.write_text(exp.read_text().replace("mlflow: {traces: 0}", f"mlflow: {{traces: 0, {server}}}"))
+    exp = study_dir(tmp_path, mlflow={"traces": 0, "tracking_uri": f"http://u:TS-SECRET@127.0.0.1:{port}"})
     started = time.monotonic()
     result = CliRunner().invoke(app, ["optimize", str(exp)])
     assert result.exit_code == 2, result.output
@@ -292,6 +267,7 @@ def test_a_trial_lost_too_often_is_not_retried_again() -> None:
 # -- damaged and emptied stores ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["empty", "garbage", "bytes in the middle"])
 def test_a_damaged_optuna_storage_stops_with_the_file_and_the_way_out(
     finished: Path, tmp_path: Path, damage: str
@@ -308,6 +284,7 @@ def test_a_damaged_optuna_storage_stops_with_the_file_and_the_way_out(
     assert db.read_bytes() == before  # never recreated
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["empty", "garbage"])
 def test_a_damaged_mlflow_store_stops_with_the_file(finished: Path, tmp_path: Path, damage: str) -> None:
     """An emptied mlflow.db would silently become a new, empty history; a garbage one a traceback."""
@@ -320,6 +297,7 @@ def test_a_damaged_mlflow_store_stops_with_the_file(finished: Path, tmp_path: Pa
     assert len(trials(exp)) == 2  # no trial ran
 
 
+@pytest.mark.slow
 def test_a_lost_optuna_storage_is_noticed_through_mlflow(finished: Path, tmp_path: Path) -> None:
     """optuna.db deleted while MLflow holds the study's trials: starting again from trial 0 would log
     trial-000 twice under one parent."""
@@ -331,6 +309,7 @@ def test_a_lost_optuna_storage_is_noticed_through_mlflow(finished: Path, tmp_pat
     assert "another name (--study-name NEW)" in result.output
 
 
+@pytest.mark.slow
 def test_a_replaced_mlflow_store_is_noticed_through_the_optuna_storage(
     finished: Path, tmp_path: Path
 ) -> None:
@@ -360,7 +339,7 @@ def spoil(db: Path, damage: str) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ("objective: {k: 5, metrics: {recal: 1.0}}",
+        ("objective",
          "(field 'objective.metrics'): unknown metric 'recal'; known:"),
         ("space:when",
          "(field 'dimensions.retrieval.fusion.when.retrieval.mode'): retrieval.mode never takes the value "
@@ -370,16 +349,15 @@ def spoil(db: Path, damage: str) -> None:
 )
 def test_mistakes_stop_the_study_before_any_trial(tmp_path: Path, change: str, message: str) -> None:
     exp = study_dir(tmp_path)
-    text = exp.read_text(encoding="utf-8")
     if change == "space:when":
-        (tmp_path / "space.yaml").write_text(SPACE + "  retrieval.fusion: {choices: [rrf], when: "
-                                             "{retrieval.mode: hybird}}\n", encoding="utf-8")
+        write_space(tmp_path, {**DIMS, "retrieval.fusion": {"choices": ["rrf"],
+                                                            "when": {"retrieval.mode": "hybird"}}})
     elif change == "questions:foreign":
         (tmp_path / "questions.jsonl").write_text(
             '{"question": "ما هذا؟", "relevant_ids": ["elsewhere-1"]}\n'
             '{"question": "من هذا؟", "relevant_ids": ["elsewhere-2"]}\n', encoding="utf-8")
     else:
-        exp.write_text(text.replace("objective: {k: 5}", change), encoding="utf-8")
+        study_dir(tmp_path, objective={"k": 5, "metrics": {"recal": 1.0}})
     result = CliRunner().invoke(app, ["optimize", str(exp)])
     assert result.exit_code == 2 and message in result.output, result.output
     assert "Traceback" not in result.output
@@ -397,20 +375,18 @@ def test_strict_turns_a_share_of_missing_relevant_ids_into_an_error(tmp_path: Pa
 
 # -- credentials ---------------------------------------------------------------------------------------------
 
-SECRET_SPACE = """
-dimensions:
-  retrieval.mode: {choices: [bm25]}
-  retrieval.k: {choices: [3, 5]}
-  generation:
-    choices:
-      remote: {api_base: "https://user:PW-SECRET@llm.example/v1?api-key=QS-SECRET&api-version=1"}
-"""
+SECRET_DIMS = {
+    "retrieval.mode": {"choices": ["bm25"]}, "retrieval.k": {"choices": [3, 5]},
+    "generation": {"choices": {
+        "remote": {"api_base": "https://user:PW-SECRET@llm.example/v1?api-key=QS-SECRET&api-version=1"}}},
+}
 
 
+@pytest.mark.slow
 def test_no_credential_reaches_any_store(tmp_path: Path) -> None:
     """A URL with a password and a key in its query string, in a search space bundle: masked in the
     Optuna storage, MLflow (params, tags, artifacts), the spool, caches, exports and the output."""
-    exp = study_dir(tmp_path, space=SECRET_SPACE)
+    exp = study_dir(tmp_path, dims=SECRET_DIMS)
     result = CliRunner().invoke(app, ["optimize", str(exp)])
     assert result.exit_code == 0, result.output
     out = tmp_path / "best.yaml"
@@ -432,8 +408,8 @@ def test_no_credential_reaches_any_store(tmp_path: Path) -> None:
 
 def test_a_credential_in_a_plain_choice_is_refused(tmp_path: Path) -> None:
     """Optuna stores every choice of a categorical dimension: only bundles (stored by label) may hold one."""
-    space = SPACE + '  generation.api_base: {choices: ["https://llm.example/v1?key=QS-SECRET"]}\n'
-    exp = study_dir(tmp_path, space=space)
+    exp = study_dir(tmp_path, dims={**DIMS, "generation.api_base": {
+        "choices": ["https://llm.example/v1?key=QS-SECRET"]}})
     result = CliRunner().invoke(app, ["optimize", str(exp)])
     assert result.exit_code == 2
     assert "(field 'dimensions.generation.api_base.choices'): a choice holds a credential" in result.output
@@ -582,7 +558,7 @@ def test_a_grid_tries_a_failed_point_again_in_a_later_run() -> None:
     add(1, "error", "an-earlier-run")
     add(2, "invalid", "an-earlier-run")
     grid = ConditionalGridSampler([{"x": i} for i in range(4)])
-    assert grid._taken(study) == {0, 2}
+    assert grid._taken(study.get_trials(deepcopy=False)) == {0, 2}
 
 
 def test_a_storage_url_with_options_is_checked_as_its_file(tmp_path: Path) -> None:

@@ -18,9 +18,8 @@ import numpy as np
 import numpy.typing as npt
 import optuna
 import pytest
-import yaml
 from fake_llm_server import ChatRequest, FakeLLMServer, Reply
-from sample_study import SAMPLE, write_sample_study
+from sample_study import SAMPLE, write_experiment
 from scripted_llm import ScriptedRAG, kind_of
 from typer.testing import CliRunner
 
@@ -79,34 +78,26 @@ def test_the_difference_is_the_difference_of_the_composites_where_the_definition
     assert flipped == pytest.approx(-diff) and (f_low, f_high) == pytest.approx((-high, -low))
 
 
-SPACE = """
-dimensions:
-  retrieval.mode: {choices: [bm25]}
-  chunking.method: {choices: [paragraph, sentence]}
-  retrieval.k: {choices: [3, 5]}
-"""
-EXPERIMENT = """
-name: numbers
-corpus: {corpus}
-questions: questions.jsonl
-search_space: space.yaml
-objective: {{k: 5, metrics: {{recall: 1, token_f1: 1}}}}
-sampler: {{name: random, seed: 0}}
-pruner: none
-n_trials: 2
-batch_size: 20
-mlflow: {{traces: 0}}
-workdir: .composer
-"""
+DIMS: dict[str, Any] = {"retrieval.mode": {"choices": ["bm25"]},
+                        "chunking.method": {"choices": ["paragraph", "sentence"]},
+                        "retrieval.k": {"choices": [3, 5]}}
+METRICS = {"recall": 1, "token_f1": 1}
 
 
+def numbers_study(root: Path, *, n_questions: int = 20, metrics: dict[str, float] = METRICS,
+                  dims: dict[str, Any] = DIMS, defaults: dict[str, Any] | None = None, **fields: Any) -> Path:
+    """The sample study "numbers": two random BM25 trials, recall and token F1 weighted by ``metrics``."""
+    return write_experiment(root, dims=dims, defaults=defaults, n_questions=n_questions, name="numbers",
+                            objective={"k": 5, "metrics": metrics}, batch_size=20, **fields)
+
+
+@pytest.mark.slow
 def test_the_held_out_verdict_reads_the_held_out_scores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A study whose winner and runner-up re-score as A and B (10 held-out questions): the verdict's
     difference is their scores' difference (the old one had the other sign), its CI around it."""
-    split = "split: {{held_out: 0.25, seed: 0}}\n"
-    exp_file = write_sample_study(tmp_path, space=SPACE, experiment=EXPERIMENT + split, n_questions=40)
+    exp_file = numbers_study(tmp_path, n_questions=40, split={"held_out": 0.25, "seed": 0})
     score = StudyData.score
     rescored: list[Columns] = []
 
@@ -237,43 +228,37 @@ def test_a_refusing_generator_scores_below_an_answering_one_with_llm_judges(tmp_
 def stopped(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A study stopped after 1 of its 2 trials (``--n-trials 1``), to be continued."""
     root = tmp_path_factory.mktemp("compat")
-    exp_file = write_sample_study(root, space=SPACE, experiment=EXPERIMENT, n_questions=20)
+    exp_file = numbers_study(root)
     result = CliRunner().invoke(app, ["optimize", str(exp_file), "--n-trials", "1"])
     assert result.exit_code == 0, result.output
     return exp_file
 
 
-def rerun(exp_file: Path, *, experiment: str = EXPERIMENT, space: str = SPACE, n_trials: int = 1) -> Any:
+def rerun(exp_file: Path, *, n_trials: int = 1, **change: Any) -> Any:
     """Continue the study (same name, same work dir) from changed files written beside the original."""
-    (exp_file.parent / "changed-space.yaml").write_text(space, encoding="utf-8")
-    changed = exp_file.parent / "changed.yaml"
-    text = experiment.format(corpus=SAMPLE / "corpus.jsonl")
-    changed.write_text(text.replace("search_space: space.yaml", "search_space: changed-space.yaml"),
-                       encoding="utf-8")
+    changed = numbers_study(exp_file.parent, file="changed.yaml", search_space="changed-space.yaml", **change)
     return CliRunner().invoke(app, ["optimize", str(changed), "--n-trials", str(n_trials)])
 
 
-METRICS = "metrics: {{recall: 1, token_f1: 1}}"
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"experiment": EXPERIMENT.replace(METRICS, "metrics: {{recall: 1}}")},
+        ({"metrics": {"recall": 1}},
          'objective changed: metrics {"recall": 0.5, "token_f1": 0.5} -> {"recall": 1.0}'),
-        ({"experiment": EXPERIMENT.replace(METRICS, "metrics: {{recall: 3, token_f1: 1}}")},
+        ({"metrics": {"recall": 3, "token_f1": 1}},
          'objective changed: weights {"recall": 0.5, "token_f1": 0.5} -> {"recall": 0.75, "token_f1": 0.25}'),
-        ({"space": "defaults:\n  chunking: {size: 600}\n" + SPACE},
+        ({"defaults": {"chunking": {"size": 600}}},
          'search space changed: defaults chunking.size "(unset)" -> 600'),
-        ({"space": SPACE.replace("[3, 5]", "[3, 10]")},
+        ({"dims": {**DIMS, "retrieval.k": {"choices": [3, 10]}}},
          "search space changed: retrieval.k choices [3, 5] -> [3, 10]"),
-        ({"space": SPACE + "  rerank.method: {choices: [none, mmr]}\n"},
+        ({"dims": {**DIMS, "rerank.method": {"choices": ["none", "mmr"]}}},
          "search space changed: dimension rerank.method added"),
     ],
     ids=["metrics", "weights", "defaults", "choices", "dimension"],
 )
 def test_a_changed_objective_or_space_refuses_with_what_changed(
-    stopped: Path, change: dict[str, str], message: str
+    stopped: Path, change: dict[str, Any], message: str
 ) -> None:
     result = rerun(stopped, **change)
     assert result.exit_code == 2, result.output
@@ -285,20 +270,16 @@ def test_a_changed_objective_or_space_refuses_with_what_changed(
     assert len(trials) == 1  # nothing ran
 
 
+@pytest.mark.slow
 def test_an_unchanged_study_resumes_and_a_new_name_starts_afresh(stopped: Path) -> None:
     # The same objective written with other but proportional weights is the same objective.
-    same = EXPERIMENT.replace(METRICS, "metrics: {{recall: 2, token_f1: 2}}")
-    result = rerun(stopped, experiment=same, n_trials=2)
+    result = rerun(stopped, metrics={"recall": 2, "token_f1": 2}, n_trials=2)
     assert result.exit_code == 0, result.output
     assert "study numbers: 1 trials finished, 1 to run" in result.output
     storage = load_experiment(stopped).storage_url
     assert len(optuna.load_study(study_name="numbers", storage=storage).trials) == 2
-    changed = rerun(stopped, space=SPACE.replace("[3, 5]", "[3, 10]"))
+    changed = rerun(stopped, dims={**DIMS, "retrieval.k": {"choices": [3, 10]}})
     assert changed.exit_code == 2 and "--study-name numbers-2" in changed.output
-    (stopped.parent / "changed.yaml").write_text(
-        EXPERIMENT.format(corpus=SAMPLE / "corpus.jsonl").replace("search_space: space.yaml",
-                                                                   "search_space: changed-space.yaml"),
-        encoding="utf-8")
     fresh = CliRunner().invoke(app, ["optimize", str(stopped.parent / "changed.yaml"), "--n-trials", "1",
                                      "--study-name", "numbers-2"])
     assert fresh.exit_code == 0, fresh.output
@@ -309,8 +290,8 @@ def test_the_objective_and_space_are_stored_masked_and_compared() -> None:
     """Without a study run: what is stored (credentials masked), what compares equal, the free name."""
     storage = optuna.storages.InMemoryStorage()
     study = optuna.create_study(storage=storage, study_name="s")
-    secret = 'defaults:\n  embedding: {provider: litellm, model: openai/m, api_base: "https://u:pw@llm.example/v1"}\n'
-    space = parse_search_space(yaml.safe_load(secret + SPACE))
+    secret = {"embedding": {"provider": "litellm", "model": "openai/m", "api_base": "https://u:pw@llm.example/v1"}}
+    space = parse_search_space({"defaults": secret, "dimensions": DIMS})
     objective = ObjectiveConfig(k=5, metrics={"recall": 1, "token_f1": 1})
     check_unchanged(study, storage, objective, space)
     stored = study.user_attrs[ATTR]

@@ -13,7 +13,7 @@ from typing import Any
 import optuna
 import pytest
 from rich.console import Console
-from sample_study import write_sample_study
+from sample_study import write_experiment
 from typer.testing import CliRunner
 
 from composer.cli.app import app
@@ -31,32 +31,17 @@ from composer.study.runner import StudyData
 from composer.study.space import load_search_space
 from composer.study.study import run_study
 
-SPACE = """
-dimensions:
-  retrieval.mode: {choices: [bm25]}
-  chunking.method: {choices: [paragraph, sentence]}
-  retrieval.k: {choices: [3, 5, 10]}
-"""
-EXPERIMENT = """
-name: run
-corpus: {corpus}
-questions: questions.jsonl
-search_space: space.yaml
-objective: {{k: 5}}
-sampler: {{name: random, seed: 0}}
-pruner: none
-n_trials: 4
-batch_size: 20
-mlflow: {{traces: 0}}
-workdir: .composer
-"""
+DIMS = {"retrieval.mode": {"choices": ["bm25"]}, "chunking.method": {"choices": ["paragraph", "sentence"]},
+        "retrieval.k": {"choices": [3, 5, 10]}}
+FIELDS: dict[str, Any] = {"name": "run", "objective": {"k": 5}, "n_trials": 4, "batch_size": 20}
 
 
 @pytest.fixture
 def experiment(tmp_path: Path) -> Path:
-    return write_sample_study(tmp_path, space=SPACE, experiment=EXPERIMENT, n_questions=40)
+    return write_experiment(tmp_path, dims=DIMS, n_questions=40, **FIELDS)
 
 
+@pytest.mark.slow
 def test_enqueued_trials_all_run_within_n_trials(experiment: Path) -> None:
     """Waiting (enqueued) trials are what is left to run, not slots taken: 4 enqueued of 4 all run."""
     exp = load_experiment(experiment)
@@ -77,8 +62,8 @@ def test_settings_no_trial_could_run_with_fail_before_the_study_starts(
 ) -> None:
     """An unset key variable is one error line, not a failed trial (and Optuna traceback) per trial."""
     monkeypatch.delenv("UNSET_KEY_VAR", raising=False)
-    experiment.write_text(experiment.read_text(encoding="utf-8")
-                          + "llm: {model: openai/x, api_key_env: UNSET_KEY_VAR}\n", encoding="utf-8")
+    write_experiment(experiment.parent, dims=DIMS, n_questions=40,
+                     llm={"model": "openai/x", "api_key_env": "UNSET_KEY_VAR"}, **FIELDS)
     result = CliRunner().invoke(app, ["optimize", str(experiment)])
     assert result.exit_code == 2
     assert result.output == "error: field 'api_key_env': environment variable UNSET_KEY_VAR is not set\n"
@@ -107,14 +92,15 @@ def test_optuna_reports_failed_trials_only_with_debug(experiment: Path) -> None:
         composer_logger.setLevel(level)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failing", ["winner", "runner_up"])
 def test_a_failed_held_out_rescore_is_reported_and_the_study_finishes(
     experiment: Path, monkeypatch: pytest.MonkeyPatch, failing: str
 ) -> None:
     """A re-score over the LLM failure budget is the summary's held-out error, not a crash (the winner's
     result kept if only the runner-up's failed); the trials' LLM spending adds up in the parent run."""
-    experiment.write_text(experiment.read_text(encoding="utf-8").replace("n_trials: 4", "n_trials: 3")
-                          + "split: {held_out: 0.25, seed: 0}\n", encoding="utf-8")
+    write_experiment(experiment.parent, dims=DIMS, n_questions=40,
+                     **{**FIELDS, "n_trials": 3, "split": {"held_out": 0.25, "seed": 0}})
     exp = load_experiment(experiment)
     score = StudyData.score
     rescored: list[int] = []
@@ -195,15 +181,13 @@ def test_the_report_console_is_wide_only_when_piped(monkeypatch: pytest.MonkeyPa
     assert console.is_terminal and console.width != PIPED_WIDTH
 
 
+@pytest.mark.slow
 def test_a_space_smaller_than_n_trials_ends_within_the_repeat_allowance(experiment: Path) -> None:
     """Two configurations and n_trials 4: both are scored, TPE's repeats are answered from them, and the
     study stops at twice n_trials trials instead of proposing forever."""
-    text = experiment.read_text(encoding="utf-8")
-    space = experiment.parent / "tiny-space.yaml"
-    space.write_text("dimensions:\n  retrieval.mode: {choices: [bm25]}\n  retrieval.k: {choices: [5, 10]}\n",
-                     encoding="utf-8")
-    experiment.write_text(text.replace("search_space: space.yaml", f"search_space: {space.name}"),
-                          encoding="utf-8")
+    write_experiment(experiment.parent, dims={"retrieval.mode": {"choices": ["bm25"]},
+                                              "retrieval.k": {"choices": [5, 10]}},
+                     n_questions=40, search_space="tiny-space.yaml", **FIELDS)
     result = CliRunner().invoke(app, ["optimize", str(experiment)])
     assert result.exit_code == 0, result.output
     study = optuna.load_study(study_name=load_experiment(experiment).name,

@@ -18,6 +18,7 @@ from pathlib import Path
 import optuna
 import pytest
 from postgres import Postgres, free_port, postgres_bin, running_postgres
+from sample_study import write_experiment
 
 from composer.record import TrialRecord
 from composer.study._optimize import REPEAT_ALLOWANCE
@@ -33,26 +34,14 @@ def record(t: optuna.trial.FrozenTrial) -> TrialRecord:
     return found
 
 N_TRIALS = 10
-SPACE = """
-dimensions:
-  retrieval.mode: {choices: [bm25]}
-  retrieval.stem: {choices: [true, false]}
-  chunking.method: {choices: [paragraph, sentence, fixed_chars]}
-  chunking.size: {type: int, low: 300, high: 600, step: 300, when: {chunking.method: fixed_chars}}
-  retrieval.k: {choices: [3, 5, 10]}
-"""
-EXPERIMENT = """
-name: workers
-corpus: {corpus}
-questions: {questions}
-search_space: {space}
-objective: {{k: 5}}
-sampler: {{name: tpe, seed: 0, n_startup_trials: 4}}
-pruner: {{name: median, n_startup_trials: 2, n_warmup_steps: 0}}
-n_trials: {n_trials}
-batch_size: 15
-mlflow: {{traces: 2{tracking}}}
-"""
+DIMS = {
+    "retrieval.mode": {"choices": ["bm25"]},
+    "retrieval.stem": {"choices": [True, False]},
+    "chunking.method": {"choices": ["paragraph", "sentence", "fixed_chars"]},
+    "chunking.size": {"type": "int", "low": 300, "high": 600, "step": 300,
+                      "when": {"chunking.method": "fixed_chars"}},
+    "retrieval.k": {"choices": [3, 5, 10]},
+}
 
 
 @pytest.fixture(scope="module")
@@ -65,17 +54,13 @@ def postgres() -> Iterator[Postgres]:
         yield pg
 
 
-def write_experiment(root: Path, repo_root: Path, tracking_uri: str | None = None) -> Path:
-    sample = repo_root / "examples" / "arcd-sample"
-    lines = (sample / "questions.jsonl").read_text(encoding="utf-8").splitlines()[:45]
-    (root / "questions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (root / "space.yaml").write_text(SPACE, encoding="utf-8")
-    tracking = f", tracking_uri: '{tracking_uri}'" if tracking_uri else ""
-    exp = root / "experiment.yaml"
-    exp.write_text(EXPERIMENT.format(corpus=sample / "corpus.jsonl", questions=root / "questions.jsonl",
-                                     space=root / "space.yaml", n_trials=N_TRIALS, tracking=tracking),
-                   encoding="utf-8")
-    return exp
+def workers_study(root: Path, tracking_uri: str | None = None) -> Path:
+    tracking = {"tracking_uri": tracking_uri} if tracking_uri else {}
+    return write_experiment(
+        root, dims=DIMS, n_questions=45, name="workers", objective={"k": 5},
+        sampler={"name": "tpe", "seed": 0, "n_startup_trials": 4},
+        pruner={"name": "median", "n_startup_trials": 2, "n_warmup_steps": 0}, n_trials=N_TRIALS,
+        batch_size=15, mlflow={"traces": 2, **tracking})
 
 
 def run_workers(exp: Path, storage: str, workdirs: list[Path]) -> float:
@@ -138,9 +123,8 @@ def check_study(storage: str, tracking_uri: str) -> list[optuna.trial.FrozenTria
     return trials
 
 
-def test_two_workers_on_one_machine_share_a_workdir(tmp_path: Path, repo_root: Path,
-                                                    postgres: Postgres) -> None:
-    exp = write_experiment(tmp_path, repo_root)
+def test_two_workers_on_one_machine_share_a_workdir(tmp_path: Path, postgres: Postgres) -> None:
+    exp = workers_study(tmp_path)
     storage = postgres.database("shared_workdir")
     seconds = run_workers(exp, storage, [tmp_path, tmp_path])
     workdir = tmp_path / ".composer"
@@ -200,10 +184,10 @@ def mlflow_server(tmp_path: Path, postgres: Postgres) -> Iterator[str]:
 
 
 def test_two_workers_with_separate_workdirs_and_a_tracking_server(
-    tmp_path: Path, repo_root: Path, postgres: Postgres, mlflow_server: str
+    tmp_path: Path, postgres: Postgres, mlflow_server: str
 ) -> None:
     """As on two machines: nothing shared but the Optuna database and the MLflow server."""
-    exp = write_experiment(tmp_path, repo_root, tracking_uri=mlflow_server)
+    exp = workers_study(tmp_path, tracking_uri=mlflow_server)
     storage = postgres.database("separate_workdirs")
     first, second = tmp_path / "machine-a", tmp_path / "machine-b"
     first.mkdir()

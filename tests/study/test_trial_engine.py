@@ -109,7 +109,9 @@ CONFIGS = [
 ]
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=["bm25", "convex", "mmr"])
+# The dense configurations encode the corpus once per fresh work dir (nothing cached): the slow tier.
+@pytest.mark.parametrize("config", [pytest.param(c, id=i, marks=[pytest.mark.slow] if i != "bm25" else [])
+                                    for c, i in zip(CONFIGS, ["bm25", "convex", "mmr"], strict=True)])
 def test_the_same_config_scores_the_same_in_fresh_work_dirs(
     data: tuple[Corpus, QuestionSet], tmp_path: Path, config: dict[str, Any]
 ) -> None:

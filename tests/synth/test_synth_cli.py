@@ -192,6 +192,7 @@ def test_the_report_lands_in_mlflow(server: FakeLLMServer, corpus_file: Path, tm
     }
 
 
+@pytest.mark.slow
 def test_an_experiment_with_a_corpus_only_generates_its_set_once_and_holds_some_out(
     server: FakeLLMServer, corpus_file: Path, tmp_path: Path
 ) -> None:

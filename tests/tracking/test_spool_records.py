@@ -218,6 +218,7 @@ def plant(spool: Path, name: str, marker: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_pickle_planted_in_a_studys_spool_never_runs(tmp_path: Path) -> None:
     """``composer optimize`` finds a dead tracker's folder with a pickle in it: the pickle is not loaded (the

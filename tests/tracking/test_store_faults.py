@@ -98,6 +98,7 @@ def test_a_sqlite_url_names_its_file_for_sqlalchemy(tmp_path: Path, name: str) -
     assert sqlite_url(path, mlflow=True).startswith("sqlite+pysqlite:///" if escaped else "sqlite:///")
 
 
+@pytest.mark.slow
 def test_a_study_in_a_work_dir_a_url_would_misread_keeps_every_file_inside_it(odd_study: Path) -> None:
     """Optuna and MLflow once opened ``./wAx`` (and MLflow made an empty ``w%2541x...`` folder)."""
     root = odd_study.parent
@@ -124,12 +125,16 @@ def test_a_study_in_a_work_dir_a_url_would_misread_keeps_every_file_inside_it(od
 # -- 19.6: a full disk ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_full_disk_while_the_mlflow_store_is_created_leaves_no_half_made_store(tmp_path: Path) -> None:
     """The store is migrated in a temporary file: a full disk half-way leaves nothing at mlflow.db (it
     once left ``_alembic_tmp_experiments`` there, and every later run failed), one line, exit 2."""
     exp = study(tmp_path)
     work = tmp_path / ".composer"
-    result = composer(tmp_path, "optimize", str(exp), env=full_disk(tmp_path, "mlflow.db", 40))
+    no_cache = tmp_path / "cache-is-a-file"  # no kept empty store: this one is migrated in place
+    no_cache.write_text("", encoding="utf-8")
+    env = {**full_disk(tmp_path, "mlflow.db", 40), "COMPOSER_CACHE_DIR": str(no_cache)}
+    result = composer(tmp_path, "optimize", str(exp), env=env)
     assert result.returncode == 2, result.stderr
     assert error_lines(result) == [f"error: no space left on device writing {work / 'mlflow.db'}"]
     assert "Traceback" not in result.stderr
@@ -193,6 +198,7 @@ def half_made(file: Path) -> None:
     engine.dispose()
 
 
+@pytest.mark.slow
 def test_a_half_made_mlflow_store_without_runs_is_rebuilt_and_said(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -238,6 +244,65 @@ def test_the_temporary_store_of_a_killed_creator_is_removed_by_the_next(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]
 
 
+def test_a_new_store_is_a_copy_of_the_empty_store_kept_once_per_mlflow_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new study's writer used to wait ~3 s (11 s on a loaded machine) for MLflow's migrations; the
+    migrated empty store is kept in the cache folder and copied. A damaged copy is made again."""
+    from mlflow import MlflowClient
+    from mlflow.version import VERSION
+
+    from composer import mlflow_store
+
+    monkeypatch.setenv("COMPOSER_CACHE_DIR", str(tmp_path / "cache"))
+    prepare_mlflow_store(sqlite_url(tmp_path / "a.db", mlflow=True))
+    template = tmp_path / "cache" / "mlflow-stores" / f"empty-{VERSION}.db"
+    assert template.is_file()
+
+    def no_migrations(file: Path) -> None:
+        raise AssertionError(f"migrated {file}")
+
+    monkeypatch.setattr(mlflow_store, "_migrate", no_migrations)
+    uri = sqlite_url(tmp_path / "b.db", mlflow=True)
+    prepare_mlflow_store(uri)
+    client = MlflowClient(uri)
+    run = client.create_run(client.create_experiment("copied"))
+    client.log_metric(run.info.run_id, "m", 1.0)
+    assert client.get_run(run.info.run_id).data.metrics == {"m": 1.0}
+
+    template.write_bytes(b"not a database")
+    with pytest.raises(AssertionError, match="migrated"):  # damaged: migrated again, not copied
+        prepare_mlflow_store(sqlite_url(tmp_path / "c.db", mlflow=True))
+    assert not (tmp_path / "c.db").exists()
+    monkeypatch.undo()
+    monkeypatch.setenv("COMPOSER_CACHE_DIR", str(tmp_path / "cache"))
+    prepare_mlflow_store(sqlite_url(tmp_path / "c.db", mlflow=True))
+    assert template.read_bytes().startswith(b"SQLite format 3\x00")
+    assert sorted(p.name for p in tmp_path.glob("*.db*")) == ["a.db", "b.db", "c.db"]
+
+
+def test_a_full_disk_while_the_empty_store_is_copied_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from composer import mlflow_store
+
+    monkeypatch.setenv("COMPOSER_CACHE_DIR", str(tmp_path / "cache"))
+    prepare_mlflow_store(sqlite_url(tmp_path / "first.db", mlflow=True))  # the empty store is kept
+
+    def full(source: Path, target: Path) -> None:
+        Path(target).write_bytes(b"SQLite")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(mlflow_store.shutil, "copyfile", full)
+    file = tmp_path / "work" / "mlflow.db"
+    with pytest.raises(NoSpaceError) as raised:
+        prepare_mlflow_store(sqlite_url(file, mlflow=True))
+    assert str(raised.value) == f"no space left on device writing {file}"
+    assert list(file.parent.iterdir()) == []
+
+
 def test_an_mlflow_tracking_uri_at_another_database_is_refused_unwritten(tmp_path: Path) -> None:
     file = tmp_path / "optuna.db"
     with sqlite3.connect(file) as conn:
@@ -251,6 +316,7 @@ def test_an_mlflow_tracking_uri_at_another_database_is_refused_unwritten(tmp_pat
 # -- Also: foreign and newer Optuna storages, a read-only work dir ----------------------------------------
 
 
+@pytest.mark.slow
 def test_storage_pointed_at_the_mlflow_store_is_refused_and_left_unwritten(
     odd_study: Path, tmp_path: Path
 ) -> None:
@@ -267,6 +333,7 @@ def test_storage_pointed_at_the_mlflow_store_is_refused_and_left_unwritten(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]
 
 
+@pytest.mark.slow
 def test_a_storage_of_a_newer_optuna_is_one_clear_line(odd_study: Path, tmp_path: Path) -> None:
     """Optuna's own words: "no longer compatible with the table schema (set up by optuna 5.0.0)"."""
     storage = tmp_path / "optuna.db"
@@ -293,6 +360,7 @@ def _read_only_mount_works() -> bool:
     return probe.returncode == 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _read_only_mount_works(), reason="needs unshare for a read-only bind mount")
 def test_trials_and_export_read_a_read_only_work_dir(odd_study: Path, tmp_path: Path) -> None:
     """The work dir mounted read-only (as root, a chmod would not stop writes): both commands only read.

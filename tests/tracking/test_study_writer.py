@@ -57,6 +57,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_logs_a_dead_study_left_in_the_spool_are_written_when_it_resumes(tmp_path: Path) -> None:
     subprocess.run(
         [sys.executable, "-c", CHILD, str(tmp_path), *(str(p) for p in Path(__file__).resolve().parents[:2])],
@@ -76,6 +77,7 @@ def test_logs_a_dead_study_left_in_the_spool_are_written_when_it_resumes(tmp_pat
     assert Orphans(spool).files == []
 
 
+@pytest.mark.slow
 def test_a_writer_that_dies_leaves_the_logs_spooled_for_the_next_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -113,6 +115,7 @@ def test_a_repeat_points_at_the_run_of_the_trial_it_repeats(tmp_path: Path) -> N
     assert runs_by_trial(tmp_path)[1].data.tags["composer.duplicate_of_run"] == original
 
 
+@pytest.mark.slow
 def test_a_writer_behind_the_trials_skips_mlflow_traces_and_keeps_traces_jsonl(tmp_path: Path) -> None:
     """MLflow traces are the slowest thing a trial logs: while more than TRACE_BACKLOG records wait, the
     writer leaves them out (saying so in a tag); every question stays in the run's traces.jsonl."""
@@ -139,6 +142,7 @@ def test_a_writer_behind_the_trials_skips_mlflow_traces_and_keeps_traces_jsonl(t
     assert runs[1].data.tags["composer.traces"].startswith("skipped: the MLflow writer was behind")
 
 
+@pytest.mark.slow
 def test_a_writer_that_keeps_up_writes_every_trials_mlflow_traces(tmp_path: Path) -> None:
     """Trials slower than the writer (each submitted once the one before is written) all get their MLflow
     traces: the backlog is what the writer has yet to write, not the answers the study has not read."""

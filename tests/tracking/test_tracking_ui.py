@@ -158,6 +158,7 @@ def test_a_store_error_a_retry_got_past_is_reported_not_only_in_writer_log(tmp_p
     assert notes == ["RuntimeError: (sqlite3.OperationalError) database is locked"]
 
 
+@pytest.mark.slow
 def test_a_killed_writer_is_restarted_and_writes_every_record(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -175,6 +176,7 @@ def test_a_killed_writer_is_restarted_and_writes_every_record(
     assert "could not be written" not in caplog.text
 
 
+@pytest.mark.slow
 def test_a_writer_that_keeps_dying_counts_every_record_it_left(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -190,6 +192,7 @@ def test_a_writer_that_keeps_dying_counts_every_record_it_left(
     assert "7 records could not be written" in caplog.text
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_while_flushing_leaves_the_writer_to_finish_without_a_traceback(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -238,6 +241,7 @@ def small_study(tmp_path: Path) -> Path:
                             workdir=str(tmp_path / "work"), n_questions=12)
 
 
+@pytest.mark.slow
 def test_report_writes_one_self_contained_page(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
@@ -259,6 +263,7 @@ def test_report_writes_one_self_contained_page(tmp_path: Path) -> None:
     assert missing.exit_code == 2 and "give --experiment" in missing.output
 
 
+@pytest.mark.slow
 def test_ui_prints_the_runs_url_once_the_server_answers_and_stops_it_with_its_workers(tmp_path: Path) -> None:
     import socket
     import subprocess
