@@ -60,10 +60,10 @@ _START = _StartRead()
 
 def trials_at_start(study: optuna.Study, number: int) -> list[FrozenTrial]:
     """Every trial of the study, read once when trial ``number`` starts and shared by what its start asks
-    of them (the sampler's place or grid point, the slot claim, the budget, the repeat check): each read
-    queries the storage (~4 ms at 500 trials), and a start used to make four. What another worker changes
-    in the milliseconds between them is the race of two workers asking at once (a surplus trial, a repeat
-    run instead of answered), which the study settles already. Read only."""
+    of them (the sampler's place or grid point, the slot claim, the repeat check; the budget reads anew):
+    each read queries the storage (~4 ms at 500 trials), and a start used to make four. What another worker
+    changes in the milliseconds between them is the race of two workers asking at once (a surplus trial, a
+    repeat run instead of answered), which the study settles already. Read only."""
     read = _START
     if read.storage is None or read.storage() is not study._storage or (read.study_id, read.number) != (
         study._study_id, number
