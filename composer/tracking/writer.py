@@ -105,9 +105,11 @@ class StudyTracker:
         from_child_r, from_child_w = os.pipe()
         log = (self.settings.spool / "writer.log").open("ab")
         # Traces are written before the run is closed; MLflow's usage telemetry would add work to every
-        # call and try the network, which a study's writer has no business doing.
+        # call and try the network, which a study's writer has no business doing. The writer does no
+        # linear algebra worth a thread pool: OpenBLAS's idle threads would only spin on the study's cores.
         env = {
             **os.environ,
+            "OPENBLAS_NUM_THREADS": "1",
             "MLFLOW_ENABLE_ASYNC_TRACE_LOGGING": "false",
             "MLFLOW_LOGGING_LEVEL": "WARNING",
             "MLFLOW_DISABLE_TELEMETRY": "true",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import os
@@ -219,3 +221,19 @@ def test_each_traces_line_is_its_sample_in_strict_json(texts: bool) -> None:
     for line, sample in zip(lines, report.samples, strict=True):
         assert json.loads(line, parse_constant=refuse) == _trace(sample, texts)
     assert json.loads(lines[1])["metrics"]["ndcg@5"] is None
+
+
+def test_samples_csv_reads_back_cell_for_cell_with_commas_quotes_and_line_breaks() -> None:
+    samples = _samples()
+    samples[0].question = 'قال: "نعم، لا"\nثم سكت'
+    samples[1].answer = "a,b\r\nc"
+    samples[2].error = StageError("generation", "ValueError", 'bad "quote", here')
+    report = EvaluationReport(samples, ks=(5,), match_mode="document")
+    text = artifacts.samples_csv(artifacts.Cells(report.table, artifacts.Memo()))
+    rows = list(csv.reader(io.StringIO(text, newline="")))
+    frame = report.to_dataframe()
+    assert rows[0] == list(frame.columns)
+    expected = [["" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v) for v in row]
+                for row in frame.astype(object).itertuples(index=False)]
+    assert rows[1:] == expected
+    assert rows[1][1] == 'قال: "نعم، لا"\nثم سكت' and rows[2][3] == "a,b\r\nc"
