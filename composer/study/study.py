@@ -206,8 +206,8 @@ def run_study(
 def blas_on_one_thread() -> Iterator[None]:
     """numpy's OpenBLAS on one thread while a study runs. Its products here are small
     (bootstrap resamples, rescoring a few hundred candidates), and between them its idle threads spin on
-    the cores the MLflow writer and Qdrant Edge need: AutoRAG's space of 485 trials took 131 s with them
-    and 108 s without, on 2 cores. Torch's threads (embedding, reranking) are not OpenBLAS's and keep
+    the cores the MLflow writer and Qdrant Edge need: AutoRAG's space of 484 trials took 131 s with them
+    and 115 s without, on 2 cores. Torch's threads (embedding, reranking) are not OpenBLAS's and keep
     their number."""
     from threadpoolctl import ThreadpoolController
 
