@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -228,7 +229,7 @@ def test_a_half_made_mlflow_store_with_runs_is_left_alone(tmp_path: Path) -> Non
     prepare_mlflow_store(uri)
     client = MlflowClient(uri)
     client.create_run(client.create_experiment("e"))
-    with sqlite3.connect(file) as conn:  # a batch migration of a later MLflow, interrupted
+    with closing(sqlite3.connect(file)) as conn, conn:  # a batch migration of a later MLflow, interrupted
         conn.execute("CREATE TABLE _alembic_tmp_experiments (experiment_id INTEGER)")
     before = digest(file)
     with pytest.raises(InputError, match=r"half-made .*_alembic_tmp_experiments.* holds 1 runs"):
@@ -305,7 +306,7 @@ def test_a_full_disk_while_the_empty_store_is_copied_leaves_nothing(
 
 def test_an_mlflow_tracking_uri_at_another_database_is_refused_unwritten(tmp_path: Path) -> None:
     file = tmp_path / "optuna.db"
-    with sqlite3.connect(file) as conn:
+    with closing(sqlite3.connect(file)) as conn, conn:
         conn.execute("CREATE TABLE studies (study_id INTEGER)")
     before = digest(file)
     with pytest.raises(InputError, match="is not an MLflow store"):
@@ -337,9 +338,9 @@ def test_storage_pointed_at_the_mlflow_store_is_refused_and_left_unwritten(
 def test_a_storage_of_a_newer_optuna_is_one_clear_line(odd_study: Path, tmp_path: Path) -> None:
     """Optuna's own words: "no longer compatible with the table schema (set up by optuna 5.0.0)"."""
     storage = tmp_path / "optuna.db"
-    with sqlite3.connect(odd_study.parent / ODD / "optuna.db") as conn:
-        conn.execute(f"VACUUM INTO '{storage}'")
-    with sqlite3.connect(storage) as conn:
+    with closing(sqlite3.connect(odd_study.parent / ODD / "optuna.db")) as conn:  # closed now, not at a
+        conn.execute(f"VACUUM INTO '{storage}'")  # collection that would take its -wal from a later copy
+    with closing(sqlite3.connect(storage)) as conn, conn:
         conn.execute("UPDATE alembic_version SET version_num = 'v9.0.0.a'")
         conn.execute("UPDATE version_info SET schema_version = 99, library_version = '9.0.0'")
     result = composer(tmp_path, "trials", "stores", "--storage", sqlite_url(storage))
@@ -367,10 +368,9 @@ def test_trials_and_export_read_a_read_only_work_dir(odd_study: Path, tmp_path: 
     SQLite opens a WAL file only through a -shm it cannot create there: it once failed "unable to open
     database file"."""
     root = tmp_path / "study"
-    shutil.copytree(odd_study.parent, root)
+    # A stopped study leaves no -wal or -shm; one a reader holds open is no part of the study.
+    shutil.copytree(odd_study.parent, root, ignore=shutil.ignore_patterns("*.db-wal", "*.db-shm"))
     work = root / ODD
-    for leftover in work.glob("*.db-*"):  # a stopped study leaves none; the copy may have caught some
-        leftover.unlink()
     before = {p.name: digest(p) for p in work.iterdir() if p.is_file()}
     out = tmp_path / "best.yaml"
     script = (
