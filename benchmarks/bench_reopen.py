@@ -31,21 +31,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_retrieval import machine
+from bench_retrieval import loop_seconds, machine
 from bench_scale import DEFAULT_CACHE, corpus_file
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 QUERY = "متى ولد جمال خاشقجي؟"
-
-
-def loop_seconds() -> float:
-    """A 10^7-step Python loop: how fast this machine runs plain Python."""
-    t = time.perf_counter()
-    for _ in range(10**7):
-        pass
-    return time.perf_counter() - t
 
 
 def config(mode: str) -> dict[str, Any]:

@@ -197,6 +197,14 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
+def loop_seconds() -> float:
+    """A 10^7-step Python loop: how fast this machine runs plain Python."""
+    t = time.perf_counter()
+    for _ in range(10**7):
+        pass
+    return time.perf_counter() - t
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:

@@ -36,21 +36,13 @@ from typing import Any
 import httpx
 import numpy as np
 import yaml
-from bench_retrieval import machine
+from bench_retrieval import loop_seconds, machine
 from bench_scale import ARCD, DEFAULT_CACHE, corpus_file
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 SAMPLE = REPO / "examples" / "arcd-sample"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-
-
-def loop_seconds() -> float:
-    """A 10^7-step Python loop: how fast this machine runs plain Python."""
-    t = time.perf_counter()
-    for _ in range(10**7):
-        pass
-    return time.perf_counter() - t
 
 
 def free_port() -> int:

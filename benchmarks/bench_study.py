@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_autorag_space import AUTORAG, ratio, run_optimize  # noqa: E402
+from bench_retrieval import loop_seconds, machine  # noqa: E402
 
 WORK = ("index", "search", "fusion", "metrics", "answer", "judge")
 
@@ -94,6 +95,7 @@ def report(work: Path, wall: float, peak_gb: float) -> None:
         f"({best.config['retrieval']['mode']}, {best.config['chunking']['method']}, "
         f"k={best.config['retrieval']['k']})"
     )
+    print(f"machine: {machine()}; 10^7-step Python loop: {loop_seconds():.2f} s")
     print(f"wall {wall:.1f} s, peak RSS {peak_gb:.2f} GB (study + MLflow writer)")
     print("\nwhere the trials' time went (s, summed over the trials that ran):")
     print("| " + " | ".join(WORK) + " | overhead | trial wall | overhead ratio |")
@@ -109,7 +111,7 @@ def report(work: Path, wall: float, peak_gb: float) -> None:
     print(
         f"\nper configuration: Composer {per_config:.2f} s (study wall / {distinct} distinct configurations, "
         f"{encode.encode_passes} encode passes) vs AutoRAG 0.3.27 {autorag:.2f} s (1,898 s / 485 on the "
-        f"same data, 1 encode pass): {ratio(autorag, per_config)}"
+        f"same data, 1 encode pass, on another 2-core machine): {ratio(autorag, per_config)}, an estimate"
     )
 
 

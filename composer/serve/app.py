@@ -14,10 +14,10 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -54,6 +54,33 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+@dataclass
+class Service:
+    """What every route reads: the engine, the request bounds, the tracer and the worker threads."""
+
+    engine: Engine
+    bounds: Limits
+    tracer: Tracer | None
+    threads: anyio.CapacityLimiter
+
+    async def call(self, kind: str, inputs: Mapping[str, Any], fn: Callable[[], Timed]) -> Timed:
+        """``fn`` in a worker thread (traced when tracing is on): the event loop never waits on it."""
+
+        def run() -> Timed:
+            return fn() if self.tracer is None else self.tracer.traced(kind, inputs, fn)
+
+        return await anyio.to_thread.run_sync(run, limiter=self.threads)
+
+    def question(self, text: str) -> str:
+        """``text`` as a question, or a 422 saying why not (empty, or past ``--max-question-chars``)."""
+        if not text.strip():
+            raise HTTPException(422, "question: is empty")
+        if len(text) > self.bounds.max_question_chars:
+            raise HTTPException(422, f"question: {len(text)} characters, more than the limit of "
+                                     f"{self.bounds.max_question_chars} (--max-question-chars)")
+        return text
+
+
 def create_app(engine: Engine, limits: Limits | None = None, tracer: Tracer | None = None) -> FastAPI:
     """The service for ``engine``.
 
@@ -62,6 +89,9 @@ def create_app(engine: Engine, limits: Limits | None = None, tracer: Tracer | No
         limits: Request bounds (default ``Limits()``).
         tracer: Records each request as an MLflow trace (None: no tracing).
 
+    Returns:
+        The FastAPI application: its routes are ``ROUTES``'.
+
     Example:
         ::
 
@@ -69,104 +99,105 @@ def create_app(engine: Engine, limits: Limits | None = None, tracer: Tracer | No
             uvicorn.run(app, host="127.0.0.1", port=8000)
     """
     bounds = limits or Limits()
-    threads = anyio.CapacityLimiter(bounds.threads)
     app = FastAPI(title=f"Composer: {engine.name}", description="Search and answer with a Composer pipeline.")
+    app.state.service = Service(engine, bounds, tracer, anyio.CapacityLimiter(bounds.threads))
     app.add_middleware(BodyLimit, limit=bounds.max_body_bytes)
-
-    async def call(kind: str, inputs: Mapping[str, Any], fn: Callable[[], Timed]) -> Timed:
-        def run() -> Timed:
-            if tracer is None:
-                return fn()
-            return tracer.traced(kind, inputs, fn)
-
-        return await anyio.to_thread.run_sync(run, limiter=threads)
-
-    def question_of(text: str) -> str:
-        if not text.strip():
-            raise HTTPException(422, "question: is empty")
-        if len(text) > bounds.max_question_chars:
-            raise HTTPException(422, f"question: {len(text)} characters, more than the limit of "
-                                     f"{bounds.max_question_chars} (--max-question-chars)")
-        return text
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0]
-        if first.get("type") == "json_invalid":
-            return JSONResponse({"detail": f"bad JSON: {first.get('ctx', {}).get('error', 'unreadable')}"},
-                                status_code=400)
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
-        if first.get("type") == "extra_forbidden":
-            return JSONResponse({"detail": f"unknown field {where!r}"}, status_code=422)
-        return JSONResponse({"detail": f"{where}: {first.get('msg', 'invalid')}"}, status_code=422)
-
-    @app.get("/health")
-    async def health() -> dict[str, Any]:
-        """Whether the service answers, and what it serves."""
-        return {"status": "ok", "model": engine.name, "answerer": engine.answerer,
-                "search": engine.can_search}
-
-    @app.post("/search", response_model=SearchResponse, responses=ERRORS)
-    async def search(body: SearchRequest, response: Response) -> SearchResponse:
-        """The ranked chunks for a question, best first."""
-        if not engine.can_search:
-            raise HTTPException(501, f"{engine.name} is a model without a Composer pipeline: it answers only")
-        question = question_of(body.question)
-        if body.k is not None and not 1 <= body.k <= bounds.max_k:
-            raise HTTPException(422, f"k: {body.k} is out of range 1..{bounds.max_k} (--max-k)")
-        k = body.k
-        done = await call("search", {"question": question, "k": k}, lambda: engine.search(question, k))
-        response.headers["Server-Timing"] = _timing(done)
-        return SearchResponse(hits=[HitOut(**asdict(h)) for h in done.value], latency_ms=done.seconds * 1e3)
-
-    @app.post("/ask", response_model=AskResponse, responses=ERRORS)
-    async def ask(body: AskRequest, response: Response) -> AskResponse:
-        """The answer to a question, with the passages it was given and where they come from."""
-        question = question_of(body.question)
-        done = await call("ask", {"question": question}, lambda: engine.ask(question))
-        response.headers["Server-Timing"] = _timing(done)
-        r: Reply = done.value
-        return AskResponse(answer=r.answer, contexts=list(r.contexts),
-                           hits=[HitOut(**asdict(h)) for h in r.hits], citations=list(r.citations),
-                           language=r.language, refusal=r.refusal, error=r.error,
-                           latency_ms=done.seconds * 1e3)
-
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        """The one model served, as OpenAI lists models."""
-        return {"object": "list", "data": [{"id": engine.name, "object": "model", "created": 0,
-                                            "owned_by": "composer"}]}
-
-    @app.post("/v1/chat/completions", responses=ERRORS)
-    async def chat(body: ChatRequest) -> Response:
-        """OpenAI's chat completion: the last user message is the question; ``stream`` sends SSE chunks."""
-        users = [m for m in body.messages if m.role == "user"]
-        if not users:
-            raise HTTPException(422, "messages: no user message to answer")
-        question = question_of(_text(users[-1].content))
-        done = await call("chat", {"question": question}, lambda: engine.ask(question))
-        r: Reply = done.value
-        if r.answer is None:
-            raise HTTPException(502, f"the pipeline's LLM failed: {r.error or 'no answer'}")
-        headers = {"Server-Timing": _timing(done)}
-        completion_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-        head = {"id": completion_id, "created": created, "model": engine.name, "citations": list(r.citations)}
-        if not body.stream:
-            prompt, completion = r.usage.get("prompt_tokens", 0), r.usage.get("completion_tokens", 0)
-            return JSONResponse(headers=headers, content={
-                **head, "object": "chat.completion",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": r.answer},
-                             "finish_reason": "stop", "logprobs": None}],
-                "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                          "total_tokens": prompt + completion},
-            })
-        deltas: tuple[dict[str, str], ...] = ({"role": "assistant", "content": ""}, {"content": r.answer}, {})
-        chunks = [{**head, "object": "chat.completion.chunk",
-                   "choices": [{"index": 0, "delta": d, "finish_reason": None if d else "stop",
-                                "logprobs": None}]} for d in deltas]
-        return StreamingResponse(_sse(chunks), media_type="text/event-stream", headers=headers)
-
+    app.add_exception_handler(RequestValidationError, _invalid)
+    app.include_router(ROUTES)
     return app
+
+
+def _service(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
+
+
+ROUTES = APIRouter()
+Served = Annotated[Service, Depends(_service)]
+
+
+async def _invalid(request: Request, exc: Exception) -> JSONResponse:
+    """A request FastAPI could not read, as one line: bad JSON is a 400, a bad or unknown field a 422."""
+    assert isinstance(exc, RequestValidationError)  # the one exception it handles
+    first = exc.errors()[0]
+    if first.get("type") == "json_invalid":
+        return JSONResponse({"detail": f"bad JSON: {first.get('ctx', {}).get('error', 'unreadable')}"},
+                            status_code=400)
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+    if first.get("type") == "extra_forbidden":
+        return JSONResponse({"detail": f"unknown field {where!r}"}, status_code=422)
+    return JSONResponse({"detail": f"{where}: {first.get('msg', 'invalid')}"}, status_code=422)
+
+
+@ROUTES.get("/health")
+async def health(service: Served) -> dict[str, Any]:
+    """Whether the service answers, and what it serves."""
+    engine = service.engine
+    return {"status": "ok", "model": engine.name, "answerer": engine.answerer, "search": engine.can_search}
+
+
+@ROUTES.post("/search", response_model=SearchResponse, responses=ERRORS)
+async def search(body: SearchRequest, response: Response, service: Served) -> SearchResponse:
+    """The ranked chunks for a question, best first."""
+    engine, max_k = service.engine, service.bounds.max_k
+    if not engine.can_search:
+        raise HTTPException(501, f"{engine.name} is a model without a Composer pipeline: it answers only")
+    question = service.question(body.question)
+    if body.k is not None and not 1 <= body.k <= max_k:
+        raise HTTPException(422, f"k: {body.k} is out of range 1..{max_k} (--max-k)")
+    k = body.k
+    done = await service.call("search", {"question": question, "k": k}, lambda: engine.search(question, k))
+    response.headers["Server-Timing"] = _timing(done)
+    return SearchResponse(hits=[HitOut(**asdict(h)) for h in done.value], latency_ms=done.seconds * 1e3)
+
+
+@ROUTES.post("/ask", response_model=AskResponse, responses=ERRORS)
+async def ask(body: AskRequest, response: Response, service: Served) -> AskResponse:
+    """The answer to a question, with the passages it was given and where they come from."""
+    question = service.question(body.question)
+    done = await service.call("ask", {"question": question}, lambda: service.engine.ask(question))
+    response.headers["Server-Timing"] = _timing(done)
+    r: Reply = done.value
+    return AskResponse(answer=r.answer, contexts=list(r.contexts), hits=[HitOut(**asdict(h)) for h in r.hits],
+                       citations=list(r.citations), language=r.language, refusal=r.refusal, error=r.error,
+                       latency_ms=done.seconds * 1e3)
+
+
+@ROUTES.get("/v1/models")
+async def models(service: Served) -> dict[str, Any]:
+    """The one model served, as OpenAI lists models."""
+    return {"object": "list", "data": [{"id": service.engine.name, "object": "model", "created": 0,
+                                        "owned_by": "composer"}]}
+
+
+@ROUTES.post("/v1/chat/completions", responses=ERRORS)
+async def chat(body: ChatRequest, service: Served) -> Response:
+    """OpenAI's chat completion: the last user message is the question; ``stream`` sends SSE chunks."""
+    users = [m for m in body.messages if m.role == "user"]
+    if not users:
+        raise HTTPException(422, "messages: no user message to answer")
+    question = service.question(_text(users[-1].content))
+    done = await service.call("chat", {"question": question}, lambda: service.engine.ask(question))
+    r: Reply = done.value
+    if r.answer is None:
+        raise HTTPException(502, f"the pipeline's LLM failed: {r.error or 'no answer'}")
+    headers = {"Server-Timing": _timing(done)}
+    head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": service.engine.name,
+            "citations": list(r.citations)}
+    if not body.stream:
+        prompt, completion = r.usage.get("prompt_tokens", 0), r.usage.get("completion_tokens", 0)
+        return JSONResponse(headers=headers, content={
+            **head, "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": r.answer},
+                         "finish_reason": "stop", "logprobs": None}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                      "total_tokens": prompt + completion},
+        })
+    deltas: tuple[dict[str, str], ...] = ({"role": "assistant", "content": ""}, {"content": r.answer}, {})
+    chunks = [{**head, "object": "chat.completion.chunk",
+               "choices": [{"index": 0, "delta": d, "finish_reason": None if d else "stop",
+                            "logprobs": None}]} for d in deltas]
+    return StreamingResponse(_sse(chunks), media_type="text/event-stream", headers=headers)
 
 
 def _timing(done: Timed) -> str:

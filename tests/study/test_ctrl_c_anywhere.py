@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from bench_drill import writer_pids
 
 DIMS = {"retrieval.mode": {"choices": ["bm25"]}, "retrieval.k": {"type": "int", "low": 1, "high": 60}}
-RUNS = 9
+RUNS = 6
 EXIT_S = 20.0
 """Seconds a study and its MLflow writer may take to end after Ctrl-C: the writer first writes the
 trials that finished (a few dozen records at most), on a machine whose cores are busy."""
