@@ -49,14 +49,3 @@ def persianqa_dir() -> Path:
     if path is None:
         pytest.skip(f"PersianQA not given: set {PERSIANQA_ENV} to its folder (GPL-3.0: not in this repo)")
     return path
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files holding a ``slow`` test first, every file's tests kept together and in order: ``make test``'s
-    two workers take whole files in this order (``--dist loadfile``), so the drills and whole studies start
-    at once and the short files fill the end, instead of one worker finishing a drill alone."""
-    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
-    rank: dict[Path, int] = {}
-    for item in items:
-        rank.setdefault(item.path, len(rank))
-    items.sort(key=lambda item: (item.path not in slow, rank[item.path]))

@@ -160,6 +160,9 @@ def mlflow_server(tmp_path: Path, postgres: Postgres) -> Iterator[str]:
          "--artifacts-destination", str(tmp_path / "mlartifacts"), "--host", "127.0.0.1",
          "--port", str(port), "--workers", "1"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        # No job runner (MLflow's scheduled scorers and prompt optimization, which a study does not use):
+        # its two consumer processes each import MLflow, CPU the workers under test would wait behind.
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
     )
     url = f"http://127.0.0.1:{port}"
     try:
