@@ -90,7 +90,7 @@ def create_app(engine: Engine, limits: Limits | None = None, tracer: Tracer | No
         tracer: Records each request as an MLflow trace (None: no tracing).
 
     Returns:
-        The FastAPI application: its routes are ``ROUTES``'.
+        The FastAPI application, serving ``ROUTES``.
 
     Example:
         ::
