@@ -22,14 +22,20 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from bench_retrieval import loop_seconds, machine
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.entities import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 # AutoRAG 0.3.27 on ARCD, all 1,395 questions, on a 2-core Intel Xeon: 485 configurations evaluated in
@@ -111,6 +117,8 @@ def main() -> None:
                         help="AutoRAG's wall seconds for its 485 configurations, measured on this machine")
     parser.add_argument("--autorag-peak-gb", type=float, default=None, help="and its peak RSS (GB)")
     args = parser.parse_args()
+    # As in the writer: no usage telemetry (network, work on every call), no notes on creating a store.
+    os.environ.update({"MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_LOGGING_LEVEL": "WARNING"})
     if not (args.data / "corpus.jsonl").is_file():
         sys.exit(f"no corpus.jsonl in {args.data}")
 
@@ -203,6 +211,14 @@ def report(
         f" records in {writer.get('mlflow_writer_seconds', 0):.1f} s; MLflow traces skipped for "
         f"{writer.get('mlflow_traces_skipped', 0):.0f} trials while it was behind"
     )
+    records_written = writer.get("mlflow_writer_records", 0) or 1
+    per_record = 1000 * writer.get("mlflow_writer_seconds", 0) / records_written
+    floor = mlflow_floor(client, runs[0])
+    print(
+        f"MLflow's own calls for one such run (create, log_batch, log_artifacts of its files, terminate; "
+        f"SQLite in WAL mode, median of {FLOOR_RUNS}): {1000 * floor:.1f} ms; the writer's "
+        f"{per_record:.1f} ms a record is {per_record / (1000 * floor):.1f}x that"
+    )
     print("\nper-trial time split (mean over complete trials, ms):")
     print("| " + " | ".join(split) + " | trial |")
     print("|" + "---|" * (len(split) + 1))
@@ -227,6 +243,42 @@ def report(
           f"{ratio(peer['peak_gb'], peak_gb)} |")
     print(f"| best nDCG@10 | {best[1].metrics['ndcg@10']:.3f} | {peer['ndcg@10']:.3f} | |")
     print(f"| best recall@10 | {best[1].metrics['recall@10']:.3f} | {peer['recall@10']:.3f} | |")
+
+
+FLOOR_RUNS = 50
+
+
+def mlflow_floor(client: MlflowClient, run: Run) -> float:
+    """Seconds MLflow's own calls take to record a run like ``run`` (a trial's): create it with its tags,
+    log_batch its metrics and params, log_artifacts its files, set it terminated, into a new SQLite store
+    in WAL mode as the writer's, median of ``FLOOR_RUNS``. What the writer adds to that is the cost of
+    making the trial's files and traces from its report."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric, Param
+
+    from composer.store import use_wal
+
+    folder = Path(client.download_artifacts(run.info.run_id, ""))
+    metrics = [
+        Metric(m.key, m.value, m.timestamp, m.step)
+        for key in run.data.metrics
+        for m in client.get_metric_history(run.info.run_id, key)
+    ]
+    params = [Param(k, v) for k, v in run.data.params.items()]
+    tags = {k: v for k, v in run.data.tags.items() if k != "mlflow.runName"}
+    with tempfile.TemporaryDirectory(prefix="composer-bench-floor-") as tmp:
+        use_wal(Path(tmp) / "mlflow.db")
+        floor = MlflowClient(f"sqlite:///{tmp}/mlflow.db")
+        experiment = floor.create_experiment("floor", artifact_location=Path(tmp, "artifacts").as_uri())
+        times = []
+        for number in range(FLOOR_RUNS):
+            started = time.perf_counter()
+            made = floor.create_run(experiment, run_name=f"trial-{number}", tags=tags)
+            floor.log_batch(made.info.run_id, metrics=metrics, params=params)
+            floor.log_artifacts(made.info.run_id, str(folder))
+            floor.set_terminated(made.info.run_id)
+            times.append(time.perf_counter() - started)
+    return statistics.median(times)
 
 
 def ratio(theirs: float, ours: float) -> str:

@@ -21,15 +21,17 @@ from json.encoder import encode_basestring as _json_str
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+import orjson
 
 from composer.data.ranking import NONE, Ranking
 from composer.data.types import Hit
-from composer.evaluation.table import Column, SampleTable, optional_values, strict_json
+from composer.evaluation.table import SampleTable, optional_values, strict_json
 
 QUESTION_TABLE = "questions.json"
-_MEMO_TUPLES = 8
-"""String tuples a Memo keeps encoded: a study's question ids and texts (a few, for its batches)."""
-_NOT_FINITE = frozenset({"NaN", "Infinity", "-Infinity"})
+_MEMO_TUPLES = 16
+"""String tuples a Memo keeps encoded: a study's question ids and texts as JSON and as csv cells (a few of
+each, for its batches)."""
 _NEEDS_QUOTES = re.compile(r'[,"\r\n]')
 
 
@@ -38,24 +40,29 @@ class Memo:
     """Encodings that repeat across the reports of one study: tuples of strings (question ids and texts),
     each chunk table's items, and each question's gold. One per MLflow writer; a lone report needs none."""
 
-    tuples: OrderedDict[tuple[str, ...], list[str]] = field(default_factory=OrderedDict)
+    tuples: OrderedDict[tuple[bool, tuple[str, ...]], list[str]] = field(default_factory=OrderedDict)
     items: dict[str, dict[int, tuple[str, str]]] = field(default_factory=dict)
     """Per chunk table key (an index's: a study's trials retrieve from a few), table position -> its
     item's encoded id and document id, for the positions retrieved so far."""
     gold: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Question id -> its expected ids and expected response as question-table cells."""
 
-    def strings(self, values: tuple[str, ...]) -> list[str]:
-        found = self.tuples.get(values)
+    def strings(self, values: tuple[str, ...], *, csv: bool = False) -> list[str]:
+        """``values`` as JSON strings, or as csv cells (``csv_cells``)."""
+        found = self.tuples.get((csv, values))
         if found is None:
-            found = self.tuples[values] = json_strings(values)
+            found = self.tuples[csv, values] = csv_cells(values) if csv else json_strings(values)
             if len(self.tuples) > _MEMO_TUPLES:
                 self.tuples.popitem(last=False)
         return found
 
 
 class Cells:
-    """One table's per-question cells as JSON text, each encoded once for every file that shows it."""
+    """One table's per-question cells as JSON text, each encoded once for every file that shows it.
+
+    The cells of a file's row are columns that the row's template (one ``%`` format) takes by ``zip``:
+    per cell, a Python-level step costs more than the few bytes it writes, so columns are made with numpy
+    object arrays (a distinct value's text indexed by its code) and rows by one format each."""
 
     def __init__(self, table: SampleTable, memo: Memo) -> None:
         self.table = table
@@ -77,17 +84,32 @@ class Cells:
         return json_strings(answers) if answers is not None else ["null"] * self.n
 
     @cached_property
-    def metrics(self) -> dict[str, list[str | None]]:
-        """Each metric column's values as text, None where not finite: the columns hold a few distinct
-        values (0, 1, 1/2...), so all of them are written in one pass over the distinct ones."""
-        return float_columns(self.table.metrics)
+    def _metrics(self) -> FloatCells:
+        """The metric columns side by side: they hold a few distinct values (0, 1, 1/2...), each written
+        once for all of them."""
+        columns = [np.asarray(column, dtype=np.float64) for column in self.table.metrics.values()]
+        return FloatCells.of(np.column_stack(columns) if columns else np.empty((self.n, 0)))
+
+    def _metric_columns(self, missing: str) -> dict[str, list[str]]:
+        cells = self._metrics.cells(missing)
+        return {name: cells[:, j].tolist() for j, name in enumerate(self.table.metrics)}
 
     @cached_property
-    def latency(self) -> dict[str, list[str | None]]:
-        return {stage: float_texts(column) for stage, column in self.table.latency.items()}
+    def metric_json(self) -> dict[str, list[str]]:
+        """Each metric column as JSON cells, ``null`` where not finite: traces.jsonl's and the question
+        table's."""
+        return self._metric_columns("null")
 
-    def metric_json(self, name: str) -> list[str]:
-        return [v if v is not None else "null" for v in self.metrics[name]]
+    @cached_property
+    def metric_csv(self) -> dict[str, list[str]]:
+        """Each metric column as csv cells, empty where not finite."""
+        return self._metric_columns("")
+
+    @cached_property
+    def latency(self) -> dict[str, list[str]]:
+        """Each stage's seconds as cells, empty where not measured."""
+        latency = self.table.latency
+        return {stage: FloatCells.of(seconds).cells("").tolist() for stage, seconds in latency.items()}
 
     @cached_property
     def retrieved_ids(self) -> list[str]:
@@ -97,9 +119,8 @@ class Cells:
             return ["[]"] * self.n
         if not isinstance(retrieved, Ranking):
             return [strict_json([h.id for h in hits], indent=None) for hits in retrieved]
-        items = self._items(retrieved)
-        return ["[" + ", ".join([items[i][0] for i in row if i != NONE]) + "]"
-                for row in retrieved.items.tolist()]
+        ids, _ = self._item_cells
+        return _rows(retrieved.items, [ids], "%s")
 
     def retrieved(self, *, texts: bool) -> list[str]:
         """Each question's hits as a JSON list of ``{"id", "score", "doc_id"[, "text"]}``."""
@@ -108,35 +129,68 @@ class Cells:
             return ["[]"] * self.n
         if not isinstance(retrieved, Ranking):
             return [strict_json([_hit_dict(h, texts) for h in hits], indent=None) for hits in retrieved]
-        found = self._items(retrieved)
-        heads = {i: f'{{"id": {found[i][0]}, "score": ' for i in found}
-        if texts:
-            table = retrieved.table
-            tails = {i: f', "doc_id": {doc}, "text": {json_string(table.texts[i] or None)}}}'
-                     for i, (_, doc) in found.items()}
-        else:
-            tails = {i: f', "doc_id": {doc}}}' for i, (_, doc) in found.items()}
-        scores = float_texts(retrieved.scores.ravel(), distinct=False)
-        width = retrieved.items.shape[1]
-        out = []
-        for r, row in enumerate(retrieved.items.tolist()):
-            row_scores = scores[r * width : (r + 1) * width]
-            out.append("[" + ", ".join([heads[i] + (s or "null") + tails[i]
-                                        for i, s in zip(row, row_scores, strict=True) if i != NONE]) + "]")
-        return out
+        ids, docs = self._item_cells
+        scores = np.array(_texts(retrieved.scores.ravel(), "null"), dtype=object).reshape(ids.shape)
+        if not texts:
+            return _rows(retrieved.items, [ids, scores, docs], _HIT)
+        found, _ = self._positions
+        chunks = retrieved.table.texts
+        text = self._per_hit([json_string(chunks[i] or None) if i != NONE else "" for i in found])
+        return _rows(retrieved.items, [ids, scores, docs, text], _HIT_TEXT)
 
-    def _items(self, ranking: Ranking) -> dict[int, tuple[str, str]]:
-        """The encoded id and document id of every item this ranking retrieved (kept per table in the
-        memo: a study's trials retrieve from the same few tables; a 100k-chunk table is not encoded
-        whole)."""
-        table = ranking.table
+    @cached_property
+    def _positions(self) -> tuple[list[int], npt.NDArray[np.intp]]:
+        """The distinct table positions the ranking retrieved, and each hit's index into them (in the
+        ranking's shape)."""
+        items = self._ranking.items
+        positions, codes = np.unique(items.ravel(), return_inverse=True)
+        return positions.tolist(), codes.reshape(items.shape)
+
+    @property
+    def _ranking(self) -> Ranking:
+        ranking = self.table.retrieved
+        assert isinstance(ranking, Ranking)
+        return ranking
+
+    def _per_hit(self, cells: list[str]) -> npt.NDArray[np.object_]:
+        """``cells``, one per distinct position (``_positions``), spread to every hit."""
+        return np.array(cells, dtype=object)[self._positions[1]]
+
+    @cached_property
+    def _item_cells(self) -> tuple[npt.NDArray[np.object_], npt.NDArray[np.object_]]:
+        """The encoded id and document id of every hit ("" for padding). Each item is encoded once per
+        table, kept in the memo: a study's trials retrieve from the same few tables; a 100k-chunk table
+        is not encoded whole."""
+        table = self._ranking.table
         known = self.memo.items.setdefault(table.key, {}) if table.key else self._unkeyed
-        new = [i for i in np.unique(ranking.items).tolist() if i != NONE and i not in known]
+        found, _ = self._positions
+        new = [i for i in found if i != NONE and i not in known]
         if new:
             ids = json_strings([table.ids[i] for i in new])
             docs = json_strings([table.doc_ids[i] for i in new])
             known.update(zip(new, zip(ids, docs, strict=True), strict=True))
-        return known
+        pairs = [known[i] if i != NONE else ("", "") for i in found]
+        return self._per_hit([p[0] for p in pairs]), self._per_hit([p[1] for p in pairs])
+
+
+_HIT = '{"id": %s, "score": %s, "doc_id": %s}'
+_HIT_TEXT = '{"id": %s, "score": %s, "doc_id": %s, "text": %s}'
+
+
+def _rows(items: npt.NDArray[np.int64], parts: Sequence[npt.NDArray[np.object_]], entry: str) -> list[str]:
+    """Each row of a ranking as a JSON list of ``entry`` (a ``%`` template of one cell of each of
+    ``parts``, arrays of the ranking's shape), its padding left out: a full row is one format."""
+    n, width = items.shape
+    if width == 0:
+        return ["[]"] * n
+    cells = np.stack(parts, axis=2).reshape(n, width * len(parts))
+    template = "[" + ", ".join([entry] * width) + "]"
+    out = [template % row for row in zip(*cells.T.tolist(), strict=True)]
+    kept = items != NONE
+    for r in np.flatnonzero(~kept.all(axis=1)).tolist():  # padded rows (fewer hits than k): a few, if any
+        row = cells[r].reshape(width, len(parts))[kept[r]]
+        out[r] = "[" + ", ".join([entry % tuple(cell) for cell in row.tolist()]) + "]"
+    return out
 
 
 def sample_columns(
@@ -168,18 +222,25 @@ def sample_columns(
 def samples_csv(cells: Cells) -> str:
     """samples.csv: ``EvaluationReport.to_dataframe``'s columns with minimal quoting, an empty cell where
     a value is missing. Each column is made text on its own, the numbers from the cells the other files
-    use, and the rows joined: the csv module's ``writerows`` took 21 ms of a trial's 54 on ARCD, pandas'
-    ``to_csv`` 2.5x that."""
+    use, and each row is one format: the csv module's ``writerows`` took 21 ms of a trial's 54 on ARCD,
+    pandas' ``to_csv`` 2.5x that."""
     t = cells.table
-    numbers = {name: [v or "" for v in cells.metrics[name]] for name in t.metrics}
-    numbers.update({f"latency_{stage}_s": [v or "" for v in cells.latency[stage]] for stage in t.latency})
-    given = set(numbers)
+    latency = {f"latency_{stage}_s": column for stage, column in cells.latency.items()}
+    numbers = {**cells.metric_csv, **latency}
+    given = {
+        **numbers,
+        "question_id": cells.memo.strings(tuple(t.question_ids), csv=True),
+        "question": cells.memo.strings(tuple(t.questions), csv=True),
+        # A JSON list of ids holds quotes unless it is empty: quoted, its quotes doubled.
+        "retrieved_ids": [v if v == "[]" else '"' + v.replace('"', '""') + '"' for v in cells.retrieved_ids],
+    }
     columns = {
-        name: column if name in given else csv_cells(column)
+        name: given[name] if name in given else csv_cells(column)
         for name, column in sample_columns(t, cells.retrieved_ids, numbers).items()
     }
     header = ",".join(csv_cells(list(columns))) + "\n"
-    return header + "".join([",".join(row) + "\n" for row in zip(*columns.values(), strict=True)])
+    row = ",".join(["%s"] * len(columns)) + "\n"
+    return header + "".join([row % r for r in zip(*columns.values(), strict=True)])
 
 
 def csv_cells(values: Iterable[Any]) -> list[str]:
@@ -198,31 +259,44 @@ def csv_cells(values: Iterable[Any]) -> list[str]:
 
 def trace_lines(cells: Cells, *, texts: bool = True) -> list[str]:
     """traces.jsonl, one JSON line per question; ``texts=False`` leaves the retrieved texts out."""
-    t = cells.table
-    metrics = _json_objects({name: cells.metric_json(name) for name in t.metrics}, cells.n, keep_null=True)
-    latency = _json_objects(cells.latency, cells.n, keep_null=False)
-    tokens = optional_values(t.context_tokens) if t.context_tokens is not None else None
-    retrieved = cells.retrieved(texts=texts)
-    ids, questions, answers = cells.ids, cells.questions, cells.answers
-    groups = [(_json_str(g) + ": ", reasons) for g, reasons in t.skipped.items()]
-    said: dict[str, str] = {}  # skip reasons are a few strings, each encoded once
-    lines = []
-    for i in range(cells.n):
-        skipped = ", ".join(
-            key + (said.get(r) or said.setdefault(r, _json_str(r)))
-            for key, reasons in groups
-            if (r := reasons[i]) is not None
-        )
-        error = "null" if (e := t.errors.get(i)) is None else strict_json(vars(e), indent=None)
-        count = None if tokens is None else tokens[i]
-        lines.append(
-            f'{{"question_id": {ids[i]}, "question": {questions[i]}, "retrieved": {retrieved[i]}, '
-            f'"answer": {answers[i]}, "metrics": {metrics[i]}, "latency": {latency[i]}, '
-            f'"skipped": {{{skipped}}}, "error": {error}, '
-            f'"context_tokens": {"null" if count is None else int(count)}, '
-            f'"reasons": {strict_json(why, indent=None) if (why := t.reasons.get(i)) else "{}"}}}\n'
-        )
-    return lines
+    t, n = cells.table, cells.n
+    metrics = cells.metric_json
+    keys = ", ".join(_json_str(name).replace("%", "%%") + ": %s" for name in metrics)
+    line = (
+        '{"question_id": %s, "question": %s, "retrieved": %s, "answer": %s, "metrics": {' + keys + '}, '
+        '"latency": %s, "skipped": %s, "error": %s, "context_tokens": %s, "reasons": %s}\n'
+    )
+    tokens = (["null"] * n if t.context_tokens is None else
+              ["null" if v is None else str(int(v)) for v in optional_values(t.context_tokens)])
+    columns = [
+        cells.ids, cells.questions, cells.retrieved(texts=texts), cells.answers, *metrics.values(),
+        _json_objects(cells.latency, n), _skipped_cells(t),
+        _sparse(n, "null", {i: strict_json(vars(e), indent=None) for i, e in t.errors.items()}),
+        tokens,
+        _sparse(n, "{}", {i: strict_json(why, indent=None) for i, why in t.reasons.items() if why}),
+    ]
+    return [line % row for row in zip(*columns, strict=True)]
+
+
+def _skipped_cells(t: SampleTable) -> list[str]:
+    """Each question's skip reasons as a JSON object (metric group -> reason), ``{}`` for none."""
+    if not t.skipped:
+        return ["{}"] * len(t)
+    groups = []
+    for group, reasons in t.skipped.items():
+        key = _json_str(group) + ": "
+        said: dict[str | None, str] = {None: ""}  # a few reasons, each encoded once
+        said.update({r: key + _json_str(r) for r in set(reasons) if r is not None})
+        groups.append([said[r] for r in reasons])
+    return ["{" + ", ".join([cell for cell in row if cell]) + "}" for row in zip(*groups, strict=True)]
+
+
+def _sparse(n: int, default: str, cells: Mapping[int, str]) -> list[str]:
+    """``n`` cells, ``default`` but at the rows ``cells`` gives."""
+    out = [default] * n
+    for i, cell in cells.items():
+        out[i] = cell
+    return out
 
 
 def question_table(cells: Cells, expectations: Mapping[str, Mapping[str, Any]]) -> str:
@@ -234,23 +308,21 @@ def question_table(cells: Cells, expectations: Mapping[str, Mapping[str, Any]]) 
     matrix = np.column_stack([t.metrics[name] for name in names]) if names else np.empty((n, 0))
     scored = (~np.isnan(matrix)).sum(axis=1)
     means = np.where(scored > 0, np.nansum(matrix, axis=1) / np.maximum(scored, 1), np.inf)
-    columns = [cells.metric_json(name) for name in names]
-    values = [", " + ", ".join(row) for row in zip(*columns, strict=True)] if names else [""] * n
+    order = np.argsort(means, kind="stable")
     gold = _gold_cells(expectations, t.question_ids, cells.memo)
-    ids, questions, answers, retrieved = cells.ids, cells.questions, cells.answers, cells.retrieved_ids
-    rows = []
-    for row in np.argsort(means, kind="stable").tolist():
-        expected_ids, expected_response = gold[row]
-        error = t.errors.get(row)
-        rows.append(
-            f"[{ids[row]}, {questions[row]}, {expected_ids}, {retrieved[row]}, {answers[row]}, "
-            f"{expected_response}{values[row]}, {json_string(None if error is None else str(error))}]"
-        )
+    columns = [
+        cells.ids, cells.questions, [g[0] for g in gold], cells.retrieved_ids, cells.answers,
+        [g[1] for g in gold], *[cells.metric_json[name] for name in names],
+        _sparse(n, "null", {i: json_string(str(e)) for i, e in t.errors.items()}),
+    ]
+    row = "[" + ", ".join(["%s"] * len(columns)) + "]"
+    rows = zip(*[np.array(column, dtype=object)[order].tolist() for column in columns], strict=True)
     header = [
         "question_id", "question", "expected_ids", "retrieved_ids", "answer", "expected_response",
         *names, "error",
     ]
-    return f'{{"columns": {json.dumps(header, ensure_ascii=False)}, "data": [{", ".join(rows)}]}}'
+    data = ", ".join([row % r for r in rows])
+    return f'{{"columns": {json.dumps(header, ensure_ascii=False)}, "data": [{data}]}}'
 
 
 def _gold_cells(
@@ -280,47 +352,49 @@ def json_string(value: str | None) -> str:
     return "null" if value is None else _json_str(value)
 
 
-def float_texts(column: Column, *, distinct: bool = True) -> list[str | None]:
-    """Each value as Python, JSON and the csv module write a float (its repr), None where not finite.
-    ``distinct``: the column repeats values, and each distinct one (by its bits) is written once."""
-    if not len(column):
+@dataclass(frozen=True)
+class FloatCells:
+    """Floats as Python, JSON and the csv module write them (their repr), each distinct value (by its
+    bits) written once: ``texts`` the distinct values' ("" where not finite), ``codes`` each value's
+    index into them, in the values' shape."""
+
+    texts: list[str]
+    codes: npt.NDArray[np.intp]
+
+    @classmethod
+    def of(cls, values: npt.ArrayLike) -> FloatCells:
+        array = np.ascontiguousarray(values, dtype=np.float64)
+        unique, codes = np.unique(array.ravel().view(np.int64), return_inverse=True)
+        return cls(_texts(unique.view(np.float64), ""), codes.reshape(array.shape))
+
+    def cells(self, missing: str) -> npt.NDArray[np.object_]:
+        """Every value's text, ``missing`` where not finite, as an object array in the values' shape."""
+        return np.array([t or missing for t in self.texts], dtype=object)[self.codes]
+
+
+def _texts(values: npt.NDArray[np.float64], missing: str) -> list[str]:
+    """Each value's repr, ``missing`` where not finite. orjson writes a float as its repr, 10x faster than
+    json (14,000 scores: 0.9 ms against 10 ms), but for two things: non-finite values come out ``null``
+    and values under 1e-4 without an exponent (``0.00001`` for ``1e-05``), so those few are written by
+    repr."""
+    if not values.size:
         return []
-    values = np.ascontiguousarray(column, dtype=np.float64)
-    if not distinct:
-        return _texts(values)
-    unique, where = np.unique(values.view(np.int64), return_inverse=True)
-    text = _texts(unique.view(np.float64))
-    return [text[i] for i in where.ravel().tolist()]
+    written = orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY).decode()[1:-1].split(",")
+    if missing != "null":
+        written = [missing if v == "null" else v for v in written]
+    for i in np.flatnonzero((np.abs(values) < 1e-4) & (values != 0)).tolist():
+        written[i] = repr(float(values[i]))
+    return written
 
 
-def float_columns(columns: Mapping[str, Column]) -> dict[str, list[str | None]]:
-    """``float_texts`` of every column, the distinct values of all of them written in one pass."""
-    if not columns:
-        return {}
-    names = list(columns)
-    matrix = np.column_stack([np.asarray(columns[name], dtype=np.float64) for name in names])
-    texts = float_texts(matrix.ravel())
-    width = len(names)
-    return {name: texts[j::width] for j, name in enumerate(names)}
-
-
-def _texts(values: np.ndarray) -> list[str | None]:
-    written = json.dumps(values.tolist())[1:-1].split(", ")
-    return [None if v in _NOT_FINITE else v for v in written]
-
-
-def _json_objects(columns: Mapping[str, Sequence[str | None]], n: int, *, keep_null: bool) -> list[str]:
-    """Row i of ``columns`` as a JSON object ``{"name": value, ...}``: None (or ``null``) kept as
-    ``null`` with ``keep_null``, else the key is left out of that row."""
+def _json_objects(columns: Mapping[str, Sequence[str]], n: int) -> list[str]:
+    """Row i of ``columns`` as a JSON object ``{"name": value, ...}``, a key left out of the rows where
+    its cell is empty."""
     if not columns:
         return ["{}"] * n
     keys = [_json_str(name) + ": " for name in columns]
     rows = zip(*columns.values(), strict=True)
-    if keep_null:  # every key in every row: one %-format per row
-        template = "{" + ", ".join(key.replace("%", "%%") + "%s" for key in keys) + "}"
-        return [template % row for row in rows]
-    return ["{" + ", ".join([k + v for k, v in zip(keys, row, strict=True) if v is not None]) + "}"
-            for row in rows]
+    return ["{" + ", ".join([k + v for k, v in zip(keys, row, strict=True) if v]) + "}" for row in rows]
 
 
 def _hit_dict(hit: Hit, texts: bool) -> dict[str, Any]:

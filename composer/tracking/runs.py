@@ -138,6 +138,8 @@ class RunWriter:
         self._lead_composite: float | None = None
         """The parent run's composite as this writer last read or raised it (``_lead``)."""
         self.traces_skipped = 0
+        self.traced_seconds: float | None = None
+        """How long the last trial run written with its traces took: the writer's pace when it traces."""
         self.expectations = expectations or {}
         self.memo = Memo()
         """What a study's trial files repeat (question ids and texts, gold, chunk ids), encoded once."""
@@ -289,6 +291,7 @@ class RunWriter:
         writer died while writing it."""
         from mlflow.entities import Metric, RunTag
 
+        started = time.perf_counter()
         known = self._replace(trial.number)
         if known is not None:
             return known
@@ -325,6 +328,8 @@ class RunWriter:
         self.traces_skipped += len(late)
         status = RUN_STATUS.get(trial.state.name, "FAILED")
         self.client.set_terminated(run_id, status=status)
+        if traced:
+            self.traced_seconds = time.perf_counter() - started
         self.logged[trial.number] = (run_id, status)
         if record is not None and trial.state.name == "COMPLETE":
             self._lead(record.composite)

@@ -51,8 +51,7 @@ MAX_PENDING = 32
 TRACE_BACKLOG = 2
 """A trial whose log waited behind more than this many gets no MLflow traces (its traces.jsonl has every
 question): a trial's 25 traces cost the writer ~1.5 s, and it must keep pace with trials that take
-milliseconds. A study whose trials outpace the writer gets traces when it has nearly caught up (AutoRAG's
-space on ARCD: 5 of 484 trials); a slower one, for every trial."""
+milliseconds. See ``_traced``."""
 WRITE_ATTEMPTS = 3
 PAYLOADS: dict[str, type[Any]] = {"trial": tuple, "lost": list, "study": StudyLog}
 """What a spool record of each kind holds (``StudyTracker``'s submit, lost and log_study)."""
@@ -378,7 +377,7 @@ def _write(
         try:
             if kind == "trial":
                 trial, report = payload
-                traced = backlog <= TRACE_BACKLOG
+                traced = _traced(writer, trial, backlog)
                 writer.write_trial(trial, report, traces=traced)
                 if not traced and report.report is not None and writer.max_traces != 0:
                     untraced = tables_dir.parent / UNTRACED
@@ -401,6 +400,21 @@ def _write(
                 notes.append(" ".join(f"{type(exc).__name__}: {exc}".split())[:300])
             time.sleep(0.5 * attempt)
     return None
+
+
+def _traced(writer: Any, trial: optuna.trial.FrozenTrial, backlog: int) -> bool:
+    """Whether a trial's run gets its MLflow traces: when the writer had nothing else to write as it was
+    submitted, or a few others (``TRACE_BACKLOG``) and the trial took at least as long as the last traced
+    run took to write, so that tracing it keeps pace. A study whose trials outpace the writer gets them
+    for its first trial and, after the study, its leaders (``_trace_leaders``; AutoRAG's space on ARCD: 3
+    of 484); a slower one, for every trial."""
+    if backlog == 0:
+        return True
+    if backlog > TRACE_BACKLOG:
+        return False
+    took: float | None = writer.traced_seconds
+    start, end = trial.datetime_start, trial.datetime_complete
+    return took is None or (start is not None and end is not None and (end - start).total_seconds() >= took)
 
 
 def _trial(payload: tuple[Any, ...]) -> bool:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -36,7 +37,11 @@ def test_logs_are_written_by_the_writer_process_and_the_spool_emptied(tmp_path: 
     runs = runs_by_trial(tmp_path)
     assert sorted(runs) == [0, 1, 2] and all(r.info.status == "FINISHED" for r in runs.values())
     spool = tmp_path / "spool" / "s"
-    assert not list(spool.rglob(f"*{RECORD}"))
+    assert not list(spool.glob(f"*{RECORD}"))
+    # A trial written without its MLflow traces (the writer had others to write) keeps its record until
+    # the study's end, which traces its leaders; here no study ends.
+    untraced = {int(p.name[:6]) for p in spool.glob(f"untraced/*{RECORD}")}
+    assert untraced == {n for n, run in runs.items() if "composer.traces" in run.data.tags}
     # The chunk table went to the spool once, by reference, not once per trial: as columns the writer maps.
     assert [p.name for p in (spool / "tables").iterdir()] == ["composer-test"]
     columns = sorted(p.name for p in (spool / "tables" / "composer-test").iterdir())
@@ -139,6 +144,41 @@ def test_a_writer_behind_the_trials_skips_mlflow_traces_and_keeps_traces_jsonl(t
         lines = Path(client.download_artifacts(run.info.run_id, "traces.jsonl", str(tmp_path / str(number))))
         assert len(lines.read_text(encoding="utf-8").splitlines()) == 2
     assert "composer.traces" not in runs[0].data.tags
+    assert runs[1].data.tags["composer.traces"].startswith("skipped: the MLflow writer was behind")
+
+
+@pytest.mark.slow
+def test_a_trial_slower_than_a_traced_write_gets_its_traces_behind_a_few_others(tmp_path: Path) -> None:
+    """Behind up to TRACE_BACKLOG others, a trial gets its MLflow traces only if it took at least as long
+    as the writer took for its last traced run (tracing it then keeps pace); with none before it, always."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    writer = RunWriter(f"sqlite:///{tmp_path / 'mlflow.db'}", "writer", "s", storage=storage, max_traces=2)
+    spool = Spool(tmp_path / "spool")
+    tables: dict[str, ChunkTable] = {}
+    an_hour_ago = datetime.now(timezone.utc) - timedelta(hours=1)
+    cases = [  # number, backlog, started (None: just now), traces
+        (0, 0, None, 2),
+        (1, 1, None, 0),
+        (2, TRACE_BACKLOG, an_hour_ago, 2),
+        (3, TRACE_BACKLOG + 1, an_hour_ago, 0),
+    ]
+    for number, backlog, started, _ in cases:
+        trial, report = trial_log(number)
+        if started is not None:
+            trial.datetime_start = started
+        path = spool.put("trial", (trial, report))
+        assert _write(writer, path, spool.tables, tables, backlog) is None
+        if number == 0:
+            assert writer.traced_seconds is not None and writer.traced_seconds > 0
+    mlflow.flush_trace_async_logging()  # in-process here; the writer process logs traces synchronously
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = runs_by_trial(tmp_path)
+    found = {n: len(client.search_traces(locations=[r.info.experiment_id], run_id=r.info.run_id))
+             for n, r in runs.items()}
+    assert found == {number: traced for number, _, _, traced in cases}
     assert runs[1].data.tags["composer.traces"].startswith("skipped: the MLflow writer was behind")
 
 
