@@ -10,6 +10,11 @@ and its writer, RSS and PSS summed over the tree, RSS sampled every 0.1 s, PSS e
 passes, best nDCG@10, and where a trial's time goes (from each trial's record; "other" is Optuna, records
 and handing the log to the writer, waiting for it included when it is behind).
 
+The MLflow writer's cost is printed twice: in the study (sharing the two cores with it, MLflow traces
+included), and replayed after it on the idle machine: 60 of the study's trial records, kept as it spooled
+them, written again by the writer's code and, interleaved, by MLflow's own calls for the same runs (create,
+log_batch, log_artifacts of the files, terminate), the equal work the writer is measured against.
+
 A ratio against AutoRAG holds only when both ran on the same machine: give AutoRAG's wall and peak there
 (`--autorag-wall`, `--autorag-peak-gb`). Without them the figures below are compared, the ratio is
 labelled an estimate, and the machine's 10^7-step Python loop time is printed so a reader can scale it.
@@ -21,6 +26,7 @@ labelled an estimate, and the machine's 10^7-step Python loop time is printed so
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -28,14 +34,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from bench_retrieval import loop_seconds, machine
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
-    from mlflow.entities import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 # AutoRAG 0.3.27 on ARCD, all 1,395 questions, on a 2-core Intel Xeon: 485 configurations evaluated in
@@ -83,10 +88,10 @@ def tree_memory_kib(root_pid: int, *, pss: bool = True) -> tuple[int, int, int]:
     return sum(rss.values()), sum(shares.values()), max(rss.values(), default=0)
 
 
-def run_optimize(experiment: Path, cwd: Path) -> tuple[float, tuple[int, int, int]]:
+def run_optimize(experiment: Path, cwd: Path, spool: Path, kept: Path) -> tuple[float, tuple[int, int, int]]:
     """Run ``composer optimize experiment`` offline in ``cwd``: its wall seconds and the peaks of
-    ``tree_memory_kib`` over the run, sampled every 0.1 s (PSS every 1 s). A failed study ends the
-    benchmark."""
+    ``tree_memory_kib`` over the run, sampled every 0.1 s (PSS every 1 s), keeping trial records from
+    ``spool`` in ``kept`` meanwhile (``keep_records``). A failed study ends the benchmark."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     command = [str(Path(sys.executable).with_name("composer")), "optimize", str(experiment)]
     # stderr to a file, not a pipe nobody reads while the study runs: a full pipe would block the study.
@@ -98,12 +103,31 @@ def run_optimize(experiment: Path, cwd: Path) -> tuple[float, tuple[int, int, in
             now = tree_memory_kib(process.pid, pss=samples % 10 == 0)  # PSS once a second: see above
             samples += 1
             rss, pss, largest = max(rss, now[0]), max(pss, now[1]), max(largest, now[2])
+            keep_records(spool, kept)
             time.sleep(0.1)
         wall = time.perf_counter() - started
         if process.returncode != 0:
             errors.seek(0)
             sys.exit(f"composer optimize failed ({process.returncode}):\n{errors.read()[-4000:]}")
     return wall, (rss, pss, largest)
+
+
+KEPT = 60
+"""Trial records kept to replay after the study."""
+
+
+def keep_records(spool: Path, kept: Path) -> None:
+    """Hard links to the trial records the study spools (its writer deletes each once written), up to
+    ``KEPT``: what ``replay`` writes again."""
+    from composer.tracking.spool import RECORD, TABLES, UNTRACED
+
+    if not spool.is_dir() or len(os.listdir(kept)) >= KEPT:
+        return
+    for path in spool.glob(f"*/*-trial{RECORD}"):
+        target = kept / f"{path.parent.name}-{path.name}"
+        if path.parent.name not in (TABLES, UNTRACED) and not target.exists():
+            with contextlib.suppress(OSError):  # written and removed meanwhile
+                os.link(path, target)
 
 
 def main() -> None:
@@ -142,11 +166,15 @@ def main() -> None:
             encoding="utf-8",
         )
         print(f"machine: {machine()}; 10^7-step Python loop: {loop_seconds():.2f} s")
-        wall, (peak, peak_pss, peak_each) = run_optimize(experiment, Path(tmp))
+        kept = work / "bench-kept"
+        kept.mkdir(parents=True, exist_ok=True)
+        spool = work / "spool" / "autorag-arcd"
+        wall, (peak, peak_pss, peak_each) = run_optimize(experiment, Path(tmp), spool, kept)
         here = args.autorag_wall is not None
         peer = {**AUTORAG, **({"wall_s": args.autorag_wall} if here else {}),
                 **({"peak_gb": args.autorag_peak_gb} if args.autorag_peak_gb is not None else {})}
         report(work, wall, peak / 1024**2, peak_pss / 1024**2, peak_each / 1024**2, peer, same_machine=here)
+        print_replay(kept, spool / "tables", args.data / "questions.jsonl")
 
 
 def report(
@@ -211,13 +239,14 @@ def report(
         f" records in {writer.get('mlflow_writer_seconds', 0):.1f} s; MLflow traces skipped for "
         f"{writer.get('mlflow_traces_skipped', 0):.0f} trials while it was behind"
     )
-    records_written = writer.get("mlflow_writer_records", 0) or 1
-    per_record = 1000 * writer.get("mlflow_writer_seconds", 0) / records_written
-    floor = mlflow_floor(client, runs[0])
+    written = writer.get("mlflow_writer_records", 0) or 1
+    traces_s = writer.get("mlflow_trace_seconds", 0)
+    per_record = 1000 * writer.get("mlflow_writer_seconds", 0) / written
     print(
-        f"MLflow's own calls for one such run (create, log_batch, log_artifacts of its files, terminate; "
-        f"SQLite in WAL mode, median of {FLOOR_RUNS}): {1000 * floor:.1f} ms; the writer's "
-        f"{per_record:.1f} ms a record is {per_record / (1000 * floor):.1f}x that"
+        f"of which MLflow traces for {writer.get('mlflow_traced_trials', 0):.0f} trials (the winner's and "
+        f"runner-up's after the study, and those the writer kept pace with): {traces_s:.1f} s; a record "
+        f"{per_record:.1f} ms, {per_record - 1000 * traces_s / written:.1f} ms without the traces (sharing "
+        f"the machine with the study)"
     )
     print("\nper-trial time split (mean over complete trials, ms):")
     print("| " + " | ".join(split) + " | trial |")
@@ -245,40 +274,74 @@ def report(
     print(f"| best recall@10 | {best[1].metrics['recall@10']:.3f} | {peer['recall@10']:.3f} | |")
 
 
-FLOOR_RUNS = 50
+def print_replay(kept: Path, tables: Path, questions: Path) -> None:
+    """Print what ``replay`` measures: the writer against MLflow's own calls, equal work."""
+    ours, theirs, n = replay(kept, tables, questions)
+    print(
+        f"\nreplayed on the idle machine, back to back, {n} of the study's trial records: the writer "
+        f"{ours:.1f} ms a record (read it, build its files, write its run; no MLflow traces, as most trials "
+        f"had none), MLflow's own calls for the same run (create, log_batch, log_artifacts of its files, "
+        f"terminate) {theirs:.1f} ms: {ours / theirs:.2f}x (medians)"
+    )
 
 
-def mlflow_floor(client: MlflowClient, run: Run) -> float:
-    """Seconds MLflow's own calls take to record a run like ``run`` (a trial's): create it with its tags,
-    log_batch its metrics and params, log_artifacts its files, set it terminated, into a new SQLite store
-    in WAL mode as the writer's, median of ``FLOOR_RUNS``. What the writer adds to that is the cost of
-    making the trial's files and traces from its report."""
+def replay(kept: Path, tables: Path, questions: Path) -> tuple[float, float, int]:
+    """Write each kept record again with the writer's code (``RunWriter``, read included) into a new store,
+    then the run it made with MLflow's own calls into another, interleaved: the medians (ms) and how many.
+    Both stores are SQLite in WAL mode, as the writer's."""
+    import json
+
     from mlflow import MlflowClient
-    from mlflow.entities import Metric, Param
 
     from composer.store import use_wal
+    from composer.tracking.runs import RunWriter
+    from composer.tracking.spool import read_record
 
-    folder = Path(client.download_artifacts(run.info.run_id, ""))
+    rows = [json.loads(line) for line in questions.read_text(encoding="utf-8").splitlines() if line.strip()]
+    expectations = {
+        q["id"]: {"expected_ids": q.get("relevant_ids", []), "expected_response": q.get("reference_answer")}
+        for q in rows
+    }
+    paths = sorted(kept.iterdir())
+    with tempfile.TemporaryDirectory(prefix="composer-bench-replay-") as tmp:
+        root = Path(tmp)
+        writer = RunWriter(f"sqlite:///{root / 'writer.db'}", "replay", "replay",
+                           storage=f"sqlite:///{root / 'optuna.db'}", artifact_root=root / "writer",
+                           expectations=expectations)
+        use_wal(root / "floor.db")
+        floor = MlflowClient(f"sqlite:///{root / 'floor.db'}")
+        experiment = floor.create_experiment("floor", artifact_location=(root / "floor").as_uri())
+        cache: dict[str, Any] = {}
+        ours, theirs = [], []
+        for path in paths:
+            started = time.perf_counter()
+            trial, report = read_record(path, tables, cache)
+            run_id = writer.write_trial(trial, report, traces=False)
+            ours.append(time.perf_counter() - started)
+            theirs.append(mlflow_calls(writer.client, run_id, floor, experiment))
+    return 1000 * statistics.median(ours), 1000 * statistics.median(theirs), len(paths)
+
+
+def mlflow_calls(source: MlflowClient, run_id: str, floor: MlflowClient, experiment: str) -> float:
+    """Seconds MLflow's own calls take to record run ``run_id`` of ``source`` again in ``floor``: create it
+    with its tags, log_batch its metrics (every step) and params, log_artifacts its files, terminate it."""
+    from mlflow.entities import Metric, Param
+
+    run = source.get_run(run_id)
+    folder = source.download_artifacts(run_id, "")
     metrics = [
         Metric(m.key, m.value, m.timestamp, m.step)
         for key in run.data.metrics
-        for m in client.get_metric_history(run.info.run_id, key)
+        for m in source.get_metric_history(run_id, key)
     ]
     params = [Param(k, v) for k, v in run.data.params.items()]
     tags = {k: v for k, v in run.data.tags.items() if k != "mlflow.runName"}
-    with tempfile.TemporaryDirectory(prefix="composer-bench-floor-") as tmp:
-        use_wal(Path(tmp) / "mlflow.db")
-        floor = MlflowClient(f"sqlite:///{tmp}/mlflow.db")
-        experiment = floor.create_experiment("floor", artifact_location=Path(tmp, "artifacts").as_uri())
-        times = []
-        for number in range(FLOOR_RUNS):
-            started = time.perf_counter()
-            made = floor.create_run(experiment, run_name=f"trial-{number}", tags=tags)
-            floor.log_batch(made.info.run_id, metrics=metrics, params=params)
-            floor.log_artifacts(made.info.run_id, str(folder))
-            floor.set_terminated(made.info.run_id)
-            times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    started = time.perf_counter()
+    made = floor.create_run(experiment, run_name=run.info.run_name, tags=tags)
+    floor.log_batch(made.info.run_id, metrics=metrics, params=params)
+    floor.log_artifacts(made.info.run_id, folder)
+    floor.set_terminated(made.info.run_id)
+    return time.perf_counter() - started
 
 
 def ratio(theirs: float, ours: float) -> str:

@@ -257,7 +257,8 @@ class EvaluationReport:
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per question: ids, answer, every metric, latency per stage, skip reasons and error."""
-        return pd.DataFrame(sample_columns(self.table, Cells(self.table, Memo()).retrieved_ids))
+        ids = [row.decode() for row in Cells(self.table, Memo()).retrieved_ids]
+        return pd.DataFrame(sample_columns(self.table, ids))
 
     def save(self, directory: str | Path, *, texts: bool = True) -> Path:
         """Write summary.json, samples.csv, traces.jsonl and error_rates.json into ``directory`` (see
@@ -294,16 +295,17 @@ def report_files(
     texts: bool = True,
     expectations: Mapping[str, Mapping[str, Any]] | None = None,
     memo: Memo | None = None,
-) -> dict[str, str]:
-    """summary.json, samples.csv, traces.jsonl and error_rates.json by name, and questions.json when
-    ``expectations`` (question id -> ``expected_ids``, ``expected_response``) are given; ``texts=False``
-    keeps retrieved texts out of traces.jsonl (a study logs each index's chunk texts once)."""
+) -> dict[str, bytes]:
+    """summary.json, samples.csv, traces.jsonl and error_rates.json by name (their UTF-8 bytes), and
+    questions.json when ``expectations`` (question id -> ``expected_ids``, ``expected_response``) are
+    given; ``texts=False`` keeps retrieved texts out of traces.jsonl (a study logs each index's chunk
+    texts once)."""
     cells = Cells(report.table, memo or Memo())
     files = {
-        "summary.json": report.summary_json() + "\n",
+        "summary.json": (report.summary_json() + "\n").encode(),
         "samples.csv": samples_csv(cells),
-        "traces.jsonl": "".join(trace_lines(cells, texts=texts)),
-        "error_rates.json": strict_json(report.error_rates()) + "\n",
+        "traces.jsonl": b"".join(trace_lines(cells, texts=texts)),
+        "error_rates.json": (strict_json(report.error_rates()) + "\n").encode(),
     }
     if expectations is not None:
         files[QUESTION_TABLE] = question_table(cells, expectations)

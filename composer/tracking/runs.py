@@ -140,6 +140,9 @@ class RunWriter:
         self.traces_skipped = 0
         self.traced_seconds: float | None = None
         """How long the last trial run written with its traces took: the writer's pace when it traces."""
+        self.trace_seconds = 0.0
+        self.traced_trials = 0
+        """Time spent writing MLflow traces, and for how many trials: reported with the study's run."""
         self.expectations = expectations or {}
         self.memo = Memo()
         """What a study's trial files repeat (question ids and texts, gold, chunk ids), encoded once."""
@@ -412,8 +415,8 @@ class RunWriter:
         self.logged[number] = (str(run.info.run_id), "RUNNING")
         return run.info
 
-    def _log_files(self, run: RunInfo, files: Mapping[str, str]) -> None:
-        """``files`` (name -> text) as the run's artifacts: written in place, each atomically, where its
+    def _log_files(self, run: RunInfo, files: Mapping[str, bytes]) -> None:
+        """``files`` (name -> content) as the run's artifacts: written in place, each atomically, where its
         artifacts are a local folder (what MLflow's upload would do, without writing them twice: ~10 ms a
         trial), else uploaded through MLflow."""
         from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
@@ -456,12 +459,15 @@ class RunWriter:
         import mlflow
 
         assert report.report is not None
+        started = time.perf_counter()
         samples = report.report.samples
         if self.max_traces is not None:
             samples = samples[: self.max_traces]
         with mlflow.start_run(run_id=run_id):
             for sample in samples:
                 self._trace(sample, trial, report)
+        self.trace_seconds += time.perf_counter() - started
+        self.traced_trials += 1
 
     def _trace(self, sample: Any, trial: optuna.trial.FrozenTrial, report: TrialReport) -> None:
         """One question's trace: its stages as spans laid end to end from the trial's start (MLflow draws
@@ -569,10 +575,16 @@ class RunWriter:
             self.client.log_artifacts(self.parent_run_id, str(out))
 
     def close(self, status: str = "FINISHED", stats: Mapping[str, float] | None = None) -> None:
-        """End the parent run; ``stats`` (records written, seconds spent) join its metrics."""
+        """End the parent run; ``stats`` (records written, seconds spent) join its metrics, with the MLflow
+        traces written (trials, seconds) and skipped."""
         from mlflow.entities import Metric
 
-        stats = {**(stats or {}), "mlflow_traces_skipped": float(self.traces_skipped)}
+        stats = {
+            **(stats or {}),
+            "mlflow_traces_skipped": float(self.traces_skipped),
+            "mlflow_traced_trials": float(self.traced_trials),
+            "mlflow_trace_seconds": self.trace_seconds,
+        }
         now = int(time.time() * 1000)
         metrics = [Metric(name, float(value), now, self.segment) for name, value in stats.items()]
         self.client.log_batch(self.parent_run_id, metrics=metrics)
@@ -600,20 +612,20 @@ def trial_files(
     report: TrialReport,
     expectations: Mapping[str, Mapping[str, Any]],
     memo: Memo | None = None,
-) -> dict[str, str]:
+) -> dict[str, bytes]:
     """A trial run's artifacts by name: config.yaml, the report's files (retrieved texts left out: the
     parent run holds each index's) and questions.json, or a trial that failed before its report has its
     error_rates.json (with its failure's reason). ``expectations``: see ``RunWriter``; ``memo``: the
     study's (see ``Memo``)."""
-    files: dict[str, str] = {}
+    files: dict[str, bytes] = {}
     record = TrialRecord.of(trial)
     if record is not None and record.config:
-        files["config.yaml"] = dump_yaml(scrub(record.config))
+        files["config.yaml"] = dump_yaml(scrub(record.config)).encode()
     if report.report is not None:
         files.update(report_files(report.report, texts=False, expectations=expectations, memo=memo))
     elif report.error_rates is not None:
         rates = {**report.error_rates, "reason": record.error} if record is not None else report.error_rates
-        files["error_rates.json"] = json.dumps(scrub(rates), ensure_ascii=False, indent=2) + "\n"
+        files["error_rates.json"] = (json.dumps(scrub(rates), ensure_ascii=False, indent=2) + "\n").encode()
     return files
 
 

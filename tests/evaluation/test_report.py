@@ -214,7 +214,7 @@ def test_each_traces_line_is_its_sample_in_strict_json(texts: bool) -> None:
     samples[1].metrics["ndcg@5"] = float("nan")  # not finite: null, never NaN
     report = EvaluationReport(samples, ks=(5,), match_mode="document")
     lines = artifacts.trace_lines(artifacts.Cells(report.table, artifacts.Memo()), texts=texts)
-    assert len(lines) == len(samples) and all(line.endswith("\n") for line in lines)
+    assert len(lines) == len(samples) and all(line.endswith(b"\n") for line in lines)
     def refuse(constant: str) -> None:
         pytest.fail(f"{constant} in a traces line")
 
@@ -230,7 +230,7 @@ def test_samples_csv_reads_back_cell_for_cell_with_commas_quotes_and_line_breaks
     samples[2].error = StageError("generation", "ValueError", 'bad "quote", here')
     report = EvaluationReport(samples, ks=(5,), match_mode="document")
     text = artifacts.samples_csv(artifacts.Cells(report.table, artifacts.Memo()))
-    rows = list(csv.reader(io.StringIO(text, newline="")))
+    rows = list(csv.reader(io.StringIO(text.decode("utf-8"), newline="")))
     frame = report.to_dataframe()
     assert rows[0] == list(frame.columns)
     expected = [["" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v) for v in row]
