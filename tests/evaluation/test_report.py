@@ -9,12 +9,15 @@ import math
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
+from composer.data.ranking import ChunkTable, Ranking
 from composer.data.types import Hit
 from composer.evaluation import EvaluationReport, SampleRecord, StageError, artifacts, render_report
 from composer.evaluation import report as report_module
+from composer.evaluation.table import SampleTable
 
 
 def _samples() -> list[SampleRecord]:
@@ -237,3 +240,37 @@ def test_samples_csv_reads_back_cell_for_cell_with_commas_quotes_and_line_breaks
                 for row in frame.astype(object).itertuples(index=False)]
     assert rows[1:] == expected
     assert rows[1][1] == 'قال: "نعم، لا"\nثم سكت' and rows[2][3] == "a,b\r\nc"
+
+
+def test_floats_are_written_as_python_writes_them() -> None:
+    """orjson writes the floats, and the values it writes otherwise (under 1e-4, not finite) are corrected:
+    every cell is the float's repr, ``missing`` where it is not finite."""
+    values = np.array([0.1, 1e-05, 3.5e-07, -2.5e-05, 9.999e-05, 1e-04, 1e16, 1.2345678901234567e17, 0.0,
+                       -0.0, 100.0, math.nan, math.inf, -math.inf, 5e-324, 0.1 + 0.2])
+    cells = artifacts.FloatCells.of(values).cells(b"null").tolist()
+    assert cells == [repr(v).encode() if math.isfinite(v) else b"null" for v in values.tolist()]
+    assert artifacts.FloatCells.of(values).cells(b"").tolist()[11:14] == [b"", b"", b""]
+
+
+def test_a_rankings_padding_is_left_out_of_every_file() -> None:
+    """A question with fewer hits than k (padded in the ranking) lists only its hits, in traces.jsonl,
+    samples.csv and the question table; its scores as repr."""
+    table = ChunkTable(("a#0", "b#0", "c#0"), ("a", "b", "c"), ("alpha", "beta", 'g "q", x'), key="t")
+    ranking = Ranking(("q1", "q2", "q3"), np.array([[0, 1], [2, -1], [-1, -1]]),
+                      np.array([[0.9, 1e-05], [0.7, 0.0], [0.0, 0.0]]), table)
+    sample_table = SampleTable(("q1", "q2", "q3"), ("one?", "two?", "three?"),
+                               metrics={"recall@2": np.array([1.0, 0.0, math.nan])}, retrieved=ranking)
+    cells = artifacts.Cells(sample_table, artifacts.Memo())
+    lines = [json.loads(line) for line in artifacts.trace_lines(cells, texts=True)]
+    assert [line["retrieved"] for line in lines] == [
+        [{"id": "a#0", "score": 0.9, "doc_id": "a", "text": "alpha"},
+         {"id": "b#0", "score": 1e-05, "doc_id": "b", "text": "beta"}],
+        [{"id": "c#0", "score": 0.7, "doc_id": "c", "text": 'g "q", x'}],
+        [],
+    ]
+    assert b'"score": 1e-05' in b"".join(artifacts.trace_lines(cells, texts=False))
+    rows = list(csv.DictReader(io.StringIO(artifacts.samples_csv(cells).decode("utf-8"), newline="")))
+    assert [json.loads(row["retrieved_ids"]) for row in rows] == [["a#0", "b#0"], ["c#0"], []]
+    assert [row["recall@2"] for row in rows] == ["1.0", "0.0", ""]
+    question_rows = json.loads(artifacts.question_table(cells, {"q1": {"expected_ids": ["a#0"]}}))["data"]
+    assert [row[3] for row in question_rows] == [["c#0"], ["a#0", "b#0"], []]  # worst first, unscored last
