@@ -406,8 +406,8 @@ def _traced(writer: Any, trial: optuna.trial.FrozenTrial, backlog: int) -> bool:
     """Whether a trial's run gets its MLflow traces: when the writer had nothing else to write as it was
     submitted, or a few others (``TRACE_BACKLOG``) and the trial took at least as long as the last traced
     run took to write, so that tracing it keeps pace. A study whose trials outpace the writer gets them
-    for its first trial and, after the study, its leaders (``_trace_leaders``; AutoRAG's space on ARCD: 3
-    of 484); a slower one, for every trial."""
+    for its first trial, its slow ones (those that built an index) and, after the study, its leaders
+    (``_trace_leaders``; AutoRAG's space on ARCD: 6 to 8 of 484); a slower one, for every trial."""
     if backlog == 0:
         return True
     if backlog > TRACE_BACKLOG:
