@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from composer.pipeline.config import PipelineConfig
     from composer.pipeline.pipeline import Pipeline
     from composer.protocols import RAGSystem, Retriever, Runnable
+    from composer.secrets import allow_env
     from composer.study.study import StudyResult
 
 _EXPORTS = {
@@ -50,6 +51,7 @@ _EXPORTS = {
     "Retriever": "composer.protocols",
     "RAGSystem": "composer.protocols",
     "Runnable": "composer.protocols",
+    "allow_env": "composer.secrets",
 }
 
 __all__ = [
@@ -70,6 +72,7 @@ __all__ = [
     "Retriever",
     "Runnable",
     "StudyResult",
+    "allow_env",
     "evaluate",
     "load_pipeline",
     "optimize",

@@ -107,7 +107,7 @@ def evaluate(
             )
             print(report.means()["recall@5"])
     """
-    from composer.evaluation.gate import run_gate, stated_objective, with_objective
+    from composer.evaluation.gate import cutoffs_to_score, run_gate, stated_objective, with_objective
 
     work = Path(workdir) if workdir is not None else DEFAULT_WORKDIR
     docs = _corpus(corpus)
@@ -116,6 +116,7 @@ def evaluate(
     if baseline is None and (gate_metric != "composite" or margin):
         raise ConfigError("gate_metric= and margin= set the CI gate: give baseline=", field="baseline")
     stated = stated_objective(objective, system, baseline)
+    k = cutoffs_to_score(k, stated[0] if stated else None, gate_metric if baseline is not None else None)
     report = _score(system, question_set, docs, judging, k, work, concurrency)
     if stated is not None:
         report = with_objective(report, *stated)
@@ -189,7 +190,7 @@ def _baseline(
 ) -> Scores:
     """What the gate compares against: an earlier report, an ``eval --out`` folder, or any system
     ``evaluate`` takes, scored here on the same questions."""
-    from composer.evaluation.gate import Scores, read_scores
+    from composer.evaluation.gate import Scores, check_baseline_file, read_scores
     from composer.evaluation.report import EvaluationReport
 
     if isinstance(baseline, EvaluationReport):
@@ -197,6 +198,8 @@ def _baseline(
     if isinstance(baseline, str | Path) and Path(baseline).is_dir():
         return read_scores(Path(baseline))
     name = str(baseline) if isinstance(baseline, str | Path) else "baseline="
+    if isinstance(baseline, str | Path) and Path(baseline).suffix.lower() in PIPELINE_SUFFIXES:
+        check_baseline_file(Path(baseline))
     return Scores.of(_score(baseline, question_set, docs, judging, k, work, concurrency), name)
 
 

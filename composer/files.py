@@ -18,6 +18,13 @@ from typing import BinaryIO
 from composer.errors import ComposerError, InputError
 
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_WRITE_FAULTS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EFBIG: "file too large (for its file system, or past `ulimit -f`)",
+    errno.EROFS: "read-only file system",
+}
+"""What a write can fail on that no input causes and no retry mends: the file system's limits."""
 _SQLITE_FULL = 13  # primary result code: "database or disk is full"
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -31,11 +38,13 @@ _TEMPORARY_NAMES = 100
 
 
 class NoSpaceError(ComposerError):
-    """A write failed for want of disk space (or quota): the disk to free is the one holding ``path``."""
+    """A write failed for want of disk space (or quota), or on another limit of the file system holding
+    ``path`` (``reason``: a file too large for it, a read-only mount)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, reason: str = _WRITE_FAULTS[errno.ENOSPC]) -> None:
         self.path = str(path)
-        super().__init__(f"no space left on device writing {self.path}")
+        self.reason = reason
+        super().__init__(f"{reason} writing {self.path}")
 
 
 def default_cache_dir() -> Path:
@@ -60,19 +69,28 @@ def disk_full(exc: BaseException) -> bool:
 
 
 def disk_full_error(exc: BaseException) -> NoSpaceError | None:
-    """The full disk behind ``exc``, following the errors it was raised from or while handling: Optuna,
-    failing to store a trial's end, raises ``AssertionError("Should not reach.")`` over the real error.
-    None when no full disk is behind it."""
+    """The full disk (or other file-system limit, see ``write_fault``) behind ``exc``, following the errors
+    it was raised from or while handling: Optuna, failing to store a trial's end, raises
+    ``AssertionError("Should not reach.")`` over the real error. None when no such limit is behind it."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, NoSpaceError):
             return current
-        if disk_full(current):
-            return NoSpaceError(getattr(current, "filename", None) or "a file (its name was not reported)")
+        named = getattr(current, "filename", None) or "a file (its name was not reported)"
+        if (fault := write_fault(current, named)) is not None:
+            return fault
         current = current.__cause__ or current.__context__
     return None
+
+
+def write_fault(exc: BaseException, path: str | Path) -> NoSpaceError | None:
+    """``exc`` as a NoSpaceError naming ``path`` when it is a limit of the file system (no space or quota
+    left, a file too large, a read-only mount), else None."""
+    if isinstance(exc, OSError) and exc.errno in _WRITE_FAULTS:
+        return NoSpaceError(path, _WRITE_FAULTS[exc.errno])
+    return NoSpaceError(path) if disk_full(exc) else None
 
 
 def write_atomic(path: Path, text: str | bytes, *, fsync: bool = False, private: bool = False) -> None:
@@ -93,7 +111,12 @@ def write_atomic(path: Path, text: str | bytes, *, fsync: bool = False, private:
 def atomic_output(path: Path, *, fsync: bool = False, private: bool = False) -> Iterator[BinaryIO]:
     """A binary file to write ``path``'s content into, a piece at a time; it replaces ``path`` once the
     block ends without an error (see ``write_atomic``), and is removed otherwise."""
-    fd, tmp = temporary_beside(path, private=private)
+    try:
+        fd, tmp = temporary_beside(path, private=private)
+    except OSError as exc:  # named as the file it was to become, not the temporary one
+        if (fault := write_fault(exc, path)) is not None:
+            raise fault from exc
+        raise
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
@@ -103,8 +126,8 @@ def atomic_output(path: Path, *, fsync: bool = False, private: bool = False) -> 
         os.replace(tmp, path)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
-        if disk_full(exc):
-            raise NoSpaceError(path) from exc
+        if (fault := write_fault(exc, path)) is not None:
+            raise fault from exc
         raise
 
 

@@ -84,8 +84,8 @@ def _create(file: Path) -> None:
     except BaseException as exc:
         for leftover in (tmp, tmp.with_name(tmp.name + "-journal")):
             leftover.unlink(missing_ok=True)
-        if disk_full_error(exc) is not None:
-            raise NoSpaceError(file) from exc
+        if (fault := disk_full_error(exc)) is not None:
+            raise NoSpaceError(file, fault.reason) from exc
         raise
 
 

@@ -28,9 +28,9 @@ PROMPTS = {
     "answered": prompts.ANSWERED,
     "closed_book": prompts.CLOSED_BOOK,
 }
-_PASSAGE = re.compile(r"<passage[^>]*>\n(.*?)\n</passage>", re.DOTALL)
-_QUESTION = re.compile(r"<question>(.*?)</question>", re.DOTALL)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_PASSAGE = re.compile(r"<passage[^>]*>\n⟦data⟧\n(.*?)\n⟦/data⟧\n</passage>", re.DOTALL)
+_QUESTION = re.compile(r"<question>⟦data⟧\n(.*?)\n⟦/data⟧</question>", re.DOTALL)
+_ANSWER = re.compile(r"<answer>⟦data⟧\n(.*?)\n⟦/data⟧</answer>", re.DOTALL)
 _WORD = re.compile(r"(?:[^\W\d_]|[\u064b-\u065f\u0670]){3,}|\d{3,4}")  # harakat inside words
 
 # (what about, how come, which detail is missing) per language.

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from composer.cli.options import QDRANT, WORKDIR, flag
+from composer.cli.options import ALLOW_ENV, QDRANT, WORKDIR, flag
 from composer.data.ranking import RunOrder
 from composer.errors import ComposerError, InputError
 from composer.metrics.matching import MatchMode
@@ -48,7 +48,10 @@ def eval_command(
         help="With --config best.yaml from `composer export`: score the study's selection questions (the "
         "trials' figures) or its held-out ones, split as the study split them; all: every question.",
     ),
-    k: list[int] = typer.Option([1, 3, 5, 10], "--k", help="Cutoffs, e.g. --k 1 3 5 10."),
+    k: list[int] = typer.Option(
+        [1, 3, 5, 10], "--k", help="Cutoffs, e.g. --k 1 3 5 10 (those the objective and a gate's --metric "
+        "read are added)."
+    ),
     match: MatchMode | None = typer.Option(
         None,
         "--match",
@@ -117,19 +120,28 @@ def eval_command(
     ),
     workdir: Path = WORKDIR,
     qdrant: str | None = QDRANT,
+    allow_env: list[str] | None = ALLOW_ENV,
 ) -> None:
     """Score a retrieval run, or a pipeline end to end: hit_rate, recall, precision, MRR and nDCG at every k,
     answers with their deterministic scores and, with an LLM, judged answer_correctness, faithfulness...
     with 95% bootstrap CIs, tokens, cost and error rates."""
     from composer.data import load_corpus, read_run
     from composer.evaluation import evaluate_run
-    from composer.evaluation.gate import COMPOSITE, Scores, run_gate, stated_objective, with_objective
+    from composer.evaluation.gate import (
+        COMPOSITE,
+        Scores,
+        cutoffs_to_score,
+        run_gate,
+        stated_objective,
+        with_objective,
+    )
     from composer.llm.spend import Spend
 
     _check_sources(run, config, corpus, llm)
     if baseline is None and (metric != COMPOSITE or margin):
         raise InputError("--metric and --margin set the gate: give --baseline OLD", field="baseline")
     stated = stated_objective(objective, config, baseline)
+    k = cutoffs_to_score(k, stated[0] if stated else None, metric if baseline is not None else None)
     old = _baseline(baseline, corpus, llm, llm_base, llm_key_env) if baseline is not None else None
     wanted = [m.strip() for value in metrics for m in value.split(",") if m.strip()]
     docs = load_corpus(corpus) if corpus is not None else None
@@ -180,7 +192,7 @@ def _baseline(
 ) -> Scores | PipelineConfig:
     """What the gate compares against, read before any work: an ``eval --out`` folder's per-question
     scores, or the pipeline to score (with the command line's LLM flags, as the new one)."""
-    from composer.evaluation.gate import read_scores
+    from composer.evaluation.gate import check_baseline_file, read_scores
 
     if baseline.is_dir():
         return read_scores(baseline)
@@ -189,6 +201,7 @@ def _baseline(
         raise InputError(f"{what}: --baseline takes an `eval --out` folder or a pipeline YAML", path=baseline)
     if corpus is None:
         raise InputError("--baseline PIPELINE.yaml indexes the corpus: add --corpus CORPUS", field="corpus")
+    check_baseline_file(baseline)
     return _pipeline_config(baseline, llm, llm_base, llm_key_env)
 
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import typer
 
-from composer.cli.options import EXPERIMENT, STORAGE, STUDY
+from composer.cli.options import ALLOW_ENV, EXPERIMENT, STORAGE, STUDY
 
 
 def export_command(
@@ -24,6 +24,7 @@ def export_command(
         "(alias challenger): a self-contained model, index included. Needs --experiment."
     ),
     promote: bool = typer.Option(False, "--promote", help="With --register: move the champion alias to it."),
+    allow_env: list[str] | None = ALLOW_ENV,
 ) -> None:
     """Export the best trial's self-contained pipeline config, its scores and provenance; or register it
     as an MLflow model."""

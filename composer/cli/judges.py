@@ -15,6 +15,7 @@ from composer.cli.options import WORKDIR, flag
 from composer.errors import InputError
 
 if TYPE_CHECKING:
+    from composer.judges.check import CheckResult
     from composer.judges.labels import Label
 
 judges_app = typer.Typer(
@@ -99,6 +100,8 @@ def check_command(
 
     console = make_console()
     console.print(result.render())
+    for line in unscored_lines(result):
+        console.print(line, markup=False, highlight=False)
     usage = result.usage
     console.print(
         f"judge calls: {usage.get('llm_calls', 0)} ({usage.get('llm_cached_calls', 0)} cached)",
@@ -204,6 +207,18 @@ def labels_command(
     write_atomic(out, "\n".join(lines) + "\n")
     counts = ", ".join(f"{m} {n}" for m, n in Counter(lb.metric for lb in found).most_common())
     typer.echo(f"{len(found)} labels written to {out} ({counts})")
+
+
+def unscored_lines(result: CheckResult) -> list[str]:
+    """A line per metric with labels the judge left unscored (left out of its agreement), with the first
+    one's reason: the table's n alone would hide them."""
+    lines = []
+    for check in result.metrics.values():
+        left = [j for j in check.judged if j.verdict is None]
+        if left:
+            lines.append(f"warning: {check.metric}: {len(left)} of {len(check.judged)} labels left unscored "
+                         f"and out of the agreement (first: {left[0].label.id}: {left[0].reason})")
+    return lines
 
 
 def label_row(label: Label) -> dict[str, object]:

@@ -35,7 +35,9 @@ def label_command(
     MLflow UI links to the trials' traces, for labelling there instead."""
     from composer.cli.report import ui_base
     from composer.errors import ConfigError
+    from composer.judges.labels import PASSAGE_METRICS
     from composer.judges.sheet import labelling_sheet
+    from composer.pipeline.saved import SAVED_DIR
     from composer.study.experiment import locate_study
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per artifact read
@@ -50,8 +52,13 @@ def label_command(
     typer.echo(f"{len(sheet.rows)} answers from {trials} trial{'s' * (trials != 1)} to label for "
                f"{sheet.metric}: fill in the label column of {table} (read them in {page})")
     if sheet.missing_contexts:
-        typer.echo(f"{sheet.missing_contexts} answers lack their passages (MLflow holds no texts of their "
-                   "index)")
+        refused = (" and `composer judges check` refuses such labels" if sheet.metric in PASSAGE_METRICS
+                   else "")
+        typer.echo(f"warning: {sheet.missing_contexts} answers lack some of their passages{refused}: neither "
+                   f"the study's MLflow run nor the saved index under {exp.work_dir / SAVED_DIR} holds their "
+                   "texts (removed since the study?): rebuild the index (`composer eval` with the trial's "
+                   "config builds it) and write the sheet again, or fill in the contexts column",
+                   err=True)
     typer.echo("or label in the MLflow UI (feedback named after the metric; then `composer judges labels`):")
     for number, run_id in sheet.runs.items():
         typer.echo(f"  trial {number}: {traces_url(base, sheet.experiment_id, run_id)}")

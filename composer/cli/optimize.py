@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from composer.cli.options import checked_study_name, flag
-from composer.errors import ComposerError, InputError
+from composer.cli.options import ALLOW_ENV, checked_study_name, flag
+from composer.errors import ComposerError, InputError, StudyStopped
 
 if TYPE_CHECKING:
     from composer.study.experiment import ExperimentConfig
@@ -37,11 +37,13 @@ def optimize_command(
     estimate: bool = flag("--estimate", "Run nothing: print the LLM calls, tokens and dollars the study "
                           "would take, per stage and in all (no request is sent)."),
     as_json: bool = flag("--json", "With --estimate: print the estimate as JSON."),
+    allow_env: list[str] | None = ALLOW_ENV,
 ) -> None:
     """Search the configuration space; every trial goes to MLflow. Run it again to continue the study."""
     from composer.cost.render import actual_line
     from composer.llm.spend import purpose_line
     from composer.redact import scrub_url
+    from composer.study import budget
     from composer.study._storage import load_study
     from composer.study.experiment import load_experiment
     from composer.study.leaderboard import failure_causes, render_leaderboard, report_console
@@ -66,8 +68,10 @@ def optimize_command(
         err.print(line, markup=False, highlight=False)
     summary = result.summary
     if summary.n_complete == 0 and causes:
-        raise ComposerError(f"no trial of study {result.name} completed; the most frequent failure: "
-                            f"{causes[0][0]}")
+        spent = budget.reason(exp.stop, result.study)  # a spent budget is no bad input: exit 1, not 2
+        why = spent or f"the most frequent failure: {causes[0][0]}"
+        error = ComposerError if spent is None else StudyStopped
+        raise error(f"no trial of study {result.name} completed; {why}")
     out = report_console()
     out.print(render_leaderboard(result.leaderboard, title=f"study {result.name}", limit=10))
     if summary.best_trial is not None and summary.best_value is not None:

@@ -26,6 +26,37 @@ STORAGE = typer.Option(
 )
 
 
+def _allowed_env(names: list[str] | None) -> list[str]:
+    """``--allow-env``'s names allowed as the command line is read, before any config is loaded."""
+    from composer.secrets import allow_env
+
+    try:
+        allow_env(*(names or ()))
+    except ConfigError as exc:
+        raise ConfigError(exc.raw_message, field="--allow-env") from None
+    return names or []
+
+
+ALLOW_ENV = typer.Option(
+    None, "--allow-env", metavar="NAME", callback=_allowed_env,
+    help="Let configs and models read a key from this environment variable (repeatable); COMPOSER_* "
+    "variables and those in $COMPOSER_ALLOW_ENV are allowed already.",
+)
+
+
+def _allowed_modified(value: bool) -> bool:
+    from composer.serve.model_files import allow_modified_models
+
+    allow_modified_models(value)
+    return value
+
+
+ALLOW_MODIFIED = typer.Option(
+    False, "--allow-modified-model", metavar="", callback=_allowed_modified,
+    help="Load a registered model whose config files, endpoints or key variables differ from what was "
+    "registered (its index and shard are still verified).",
+)
+
 
 def checked_study_name(param: typer.CallbackParam, value: str | None) -> str | None:
     """The STUDY argument's and ``--study-name``'s check, made while the command line is read, before

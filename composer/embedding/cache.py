@@ -9,7 +9,9 @@ from types import TracebackType
 
 import numpy as np
 
+from composer.errors import InputError
 from composer.store import SqliteStore
+from composer.unicode import invalid_text
 
 FILENAME = "embeddings.sqlite3"
 # 16 KiB pages hold ~10 float32 vectors of 384 dims: the file stays within ~10% of the raw vector bytes,
@@ -24,13 +26,18 @@ _SCHEMA = (
 
 
 def cache_key(identity: str, role: str, prefix: str, text: str) -> bytes:
-    """blake2b-128 of (model identity, role, prefix, text); fields are length-prefixed, so never ambiguous."""
+    """blake2b-128 of (model identity, role, prefix, text); fields are length-prefixed, so never ambiguous.
+    A lone surrogate (a question typed by a caller as ``"\\udcff"``) is an ``InputError`` naming it, not a
+    ``UnicodeEncodeError`` from deep inside a search."""
     h = hashlib.blake2b(digest_size=16)
-    for field in (identity, role, prefix):
-        data = field.encode()
-        h.update(len(data).to_bytes(4, "little"))
-        h.update(data)
-    h.update(text.encode())
+    try:
+        for field in (identity, role, prefix):
+            data = field.encode()
+            h.update(len(data).to_bytes(4, "little"))
+            h.update(data)
+        h.update(text.encode())
+    except UnicodeEncodeError as e:
+        raise InputError(f"text to embed or rerank: {invalid_text(e.object)}") from None
     return h.digest()
 
 

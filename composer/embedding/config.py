@@ -31,6 +31,9 @@ class EmbeddingConfig(Strict):
         "padding, and a third of the peak memory), 64 per request for litellm.",
     )
     api_base: str | None = None
+    api_key_env: str | None = Field(
+        default=None, description="The environment variable holding the key of api_base's server (a name "
+        "you allow: docs/security.md); without it api_base gets no key.")
     precision: Precision = Field(
         default="float32",
         description="Weights and activations of a local sentence-transformers model (sentence-transformers, "
@@ -50,6 +53,13 @@ class EmbeddingConfig(Strict):
         if provider in ("sentence-transformers", "litellm") and not model:
             raise ValueError(f"provider '{provider}' needs 'model'")
         return model
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        from composer.llm.config import check_env_name
+
+        return check_env_name(value)
 
     @field_validator("precision", "device")
     @classmethod

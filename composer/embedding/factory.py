@@ -44,6 +44,6 @@ def make_embedder(cfg: EmbeddingConfig) -> Embedder:
     from composer.embedding.remote import LiteLLMEmbedder
 
     return LiteLLMEmbedder(
-        cfg.model, api_base=cfg.api_base, query_prefix=qp, passage_prefix=pp,
+        cfg.model, api_base=cfg.api_base, api_key_env=cfg.api_key_env, query_prefix=qp, passage_prefix=pp,
         batch_size=cfg.batch_size or REMOTE_BATCH,
     )

@@ -11,8 +11,9 @@ import numpy as np
 
 from composer.embedding.base import PrefixedEmbedder
 from composer.errors import ComposerError
-from composer.llm.faults import retry_after
+from composer.llm.faults import register_secret, retry_after
 from composer.redact import scrub_url
+from composer.secrets import NO_KEY, read_key
 
 _SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET)", re.IGNORECASE)
 _MAX_BACKOFF_S = 60.0
@@ -33,7 +34,8 @@ def retry_delay(exc: BaseException, attempt: int) -> float:
 
 
 class LiteLLMEmbedder(PrefixedEmbedder):
-    """``litellm.embedding`` in batches; API keys come from litellm's usual environment variables.
+    """``litellm.embedding`` in batches; API keys come from litellm's usual environment variables, for
+    the provider's own endpoint only: an ``api_base`` gets the key ``api_key_env`` names, or none.
 
     litellm's own retries cover chat completions only (its OpenAI client adds two quick ones), so rate
     limits (429), server errors and dropped connections are retried here with backoff, for every
@@ -46,6 +48,7 @@ class LiteLLMEmbedder(PrefixedEmbedder):
         model: str,
         *,
         api_base: str | None = None,
+        api_key_env: str | None = None,
         query_prefix: str = "",
         passage_prefix: str = "",
         batch_size: int = 64,
@@ -55,6 +58,9 @@ class LiteLLMEmbedder(PrefixedEmbedder):
         super().__init__(query_prefix=query_prefix, passage_prefix=passage_prefix)
         self._model = model
         self._api_base = api_base
+        # Read now, before any request: a name the user did not allow is refused here (composer.secrets).
+        self._api_key = read_key(api_key_env, field="embedding.api_key_env") if api_key_env else None
+        register_secret(self._api_key)
         self._batch_size = batch_size
         self._timeout = timeout
         self._max_retries = max_retries
@@ -97,8 +103,11 @@ class LiteLLMEmbedder(PrefixedEmbedder):
         )
         for attempt in range(self._max_retries + 1):
             try:
+                # With api_base, never litellm's fallback to the provider's usual key variable: that
+                # would send OPENAI_API_KEY (say) to whatever address the config names.
+                key = {"api_key": self._api_key or NO_KEY} if self._api_base or self._api_key else {}
                 response = litellm.embedding(
-                    model=self._model, input=batch, api_base=self._api_base, timeout=self._timeout
+                    model=self._model, input=batch, api_base=self._api_base, timeout=self._timeout, **key
                 )
                 break
             except transient as exc:

@@ -6,14 +6,17 @@ one metric as an objective of weight 1. The new system fails when the 95% CI of 
 below 0 (significantly worse) or its mean difference is below ``-margin``.
 
 The baseline is an earlier ``composer eval --out`` folder (its traces.jsonl holds every question's
-metrics, its summary.json the objective it was scored with) or a system scored on the same questions.
+metrics, its summary.json the objective it was scored with) or a system scored on the same questions. A
+gate never passes what it could not compare: a weighted metric one side did not score, or did not score as
+a finite number in its range, is bad input (exit 2), never a 0 that hands the other side the win.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +25,10 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import ValidationError
 
+from composer.data.fields import UniqueIds, Where
 from composer.errors import ConfigError, InputError, config_error
+from composer.metrics.directions import bounds, refusal
+from composer.metrics.retrieval import RETRIEVAL_METRICS
 
 if TYPE_CHECKING:
     from rich.console import Group
@@ -31,9 +37,13 @@ if TYPE_CHECKING:
     from composer.study.experiment import ObjectiveConfig
     from composer.study.objective import Objective
 
+logger = logging.getLogger(__name__)
+
 COMPOSITE = "composite"
 TRACES = "traces.jsonl"
 SUMMARY = "summary.json"
+MIN_QUESTIONS = 5
+"""Below this many questions the gate still decides, with a warning: its bootstrap CI means little."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,19 @@ class Scores:
     def available(self) -> set[str]:
         """The metrics at least one question scored."""
         return {name for name, column in self.metrics.items() if (~np.isnan(column)).any()}
+
+    def require(self, objective: Objective, role: str) -> None:
+        """Every metric ``objective`` weighs has a value here, and only finite ones: counted as 0, a metric
+        this side did not score would hand the other side the win (a baseline run without answers, all
+        NaN, against a system that answers)."""
+        for key in objective.weights:
+            column = self.metrics.get(key)
+            if column is None or np.isnan(column).all():
+                raise InputError(f"the {role} has no value of {key!r}, which the gate weighs, so it cannot "
+                                 "compare the two: gate on metrics both sides scored (--objective, --metric)",
+                                 path=self.source, field=key)
+            if np.isinf(column).any():
+                raise InputError(f"the {role}'s {key!r} holds an infinite value", path=self.source, field=key)
 
     def aligned_to(self, other: Scores) -> Scores:
         """These scores in ``other``'s question order; the two must hold the same questions, or the gate
@@ -88,6 +111,7 @@ class GateResult:
     passed: bool
     reason: str
     baseline_source: str
+    notes: tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -99,7 +123,7 @@ class GateResult:
             "metric": self.metric, "weights": dict(self.weights), "n": self.n, "new": self.new,
             "baseline": self.baseline, "difference": self.difference, "ci95": list(self.ci95),
             "margin": self.margin, "decision": "pass" if self.passed else "fail", "passed": self.passed,
-            "reason": self.reason, "baseline_source": self.baseline_source,
+            "reason": self.reason, "baseline_source": self.baseline_source, "notes": list(self.notes),
         }
 
 
@@ -108,13 +132,19 @@ def compare(new: Scores, old: Scores, objective: Objective, *, metric: str, marg
     if not math.isfinite(margin) or margin < 0:
         raise InputError(f"the margin must be a number >= 0, got {margin}", field="margin")
     paired = old.aligned_to(new)
+    new.require(objective, "new system")
+    paired.require(objective, "baseline")
     difference, (low, high) = objective.difference(new.metrics, paired.metrics)
     new_value = objective.composite(_means(new.metrics))
     old_value = objective.composite(_means(paired.metrics))
     passed = high >= 0 and difference >= -margin
-    return GateResult(metric, dict(objective.weights), len(new.question_ids), new_value, old_value,
-                      difference, (low, high), margin, passed, _reason(difference, low, high, margin),
-                      old.source)
+    n = len(new.question_ids)
+    notes = objective.notes
+    if n < MIN_QUESTIONS:
+        notes += (f"only {n} question(s): the 95% CI means little below {MIN_QUESTIONS}; gate on more",)
+        logger.warning(notes[-1])
+    return GateResult(metric, dict(objective.weights), n, new_value, old_value, difference, (low, high),
+                      margin, passed, _reason(difference, low, high, margin), old.source, notes)
 
 
 def _reason(difference: float, low: float, high: float, margin: float) -> str:
@@ -148,10 +178,29 @@ def gate_objective(metric: str, stated: ObjectiveConfig | None, available: set[s
 
     if metric == COMPOSITE:
         return Objective.resolve(stated or ObjectiveConfig(), available)
+    if (why := refusal(metric, "the gate")) is not None:
+        raise InputError(why, field="metric")
     if metric not in available:
         raise InputError(f"{metric!r} is not scored in this evaluation; scored: {COMPOSITE}, "
                          f"{', '.join(sorted(available))}", field="metric")
     return Objective({metric: 1.0})
+
+
+def cutoffs_to_score(ks: Sequence[int], stated: ObjectiveConfig | None, metric: str | None) -> list[int]:
+    """The cutoffs asked for, plus those the report's composite reads (the stated objective's; a gate on
+    the composite without one reads the default's) and a gate's ``name@k`` ``metric`` (None: no gate):
+    ``--k 5`` with an objective at @10 scores both, rather than refusing an objective it never named."""
+    from composer.study.experiment import ObjectiveConfig
+    from composer.study.objective import cutoffs
+
+    extra: set[int] = set()
+    if stated is not None or metric == COMPOSITE:
+        extra |= cutoffs(stated or ObjectiveConfig())
+    if metric is not None:
+        base, _, k = metric.partition("@")
+        if base in RETRIEVAL_METRICS and k.isdigit() and int(k) >= 1:
+            extra.add(int(k))
+    return sorted({*ks, *extra})
 
 
 def read_scores(folder: Path) -> Scores:
@@ -165,18 +214,18 @@ def read_scores(folder: Path) -> Scores:
     if not traces.exists():
         raise InputError(f"no {TRACES} here: give a folder `composer eval --out` wrote", path=folder)
     ids: list[str] = []
-    rows: list[Mapping[str, Any]] = []
+    rows: list[Mapping[str, float]] = []
+    unique = UniqueIds("question", "line")
     for line, row in read_records(traces).rows:
+        where = Where(str(traces), line, tabular=False)
         qid, metrics = row.get("question_id"), row.get("metrics", {})
         if not isinstance(qid, str) or not isinstance(metrics, dict):
-            raise InputError("expected a trace with question_id and metrics", path=traces, line=line)
+            raise where.error("expected a trace with question_id and metrics")
+        unique.add(qid, where)
         ids.append(qid)
-        rows.append(metrics)
+        rows.append({name: _number(value, name, where) for name, value in metrics.items()})
     names = list(dict.fromkeys(name for metrics in rows for name in metrics))
-    try:
-        columns = {name: np.array([_number(m.get(name)) for m in rows], dtype=np.float64) for name in names}
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"a metric is not a number: {exc}", path=traces, field="metrics") from None
+    columns = {name: np.array([m.get(name, math.nan) for m in rows], dtype=np.float64) for name in names}
     summary = folder / SUMMARY
     return Scores(tuple(ids), columns, str(traces), objective_of_summary(_recorded(summary), str(summary)))
 
@@ -194,10 +243,29 @@ def _recorded(summary: Path) -> Any:
     return doc.get("objective") if isinstance(doc, dict) else None
 
 
-def _number(value: Any) -> float:
+def _number(value: Any, name: str, where: Where) -> float:
+    """One question's value of metric ``name`` (NaN: not scored), a finite number in the metric's range."""
+    field = f"metrics.{name}"
     if isinstance(value, bool) or not isinstance(value, int | float | None):
-        raise TypeError(repr(value))
-    return math.nan if value is None else float(value)
+        raise where.error(f"a metric is not a number: {value!r}", field=field)
+    if value is None:
+        return math.nan
+    if not math.isfinite(value):
+        raise where.error(f"a metric is not a finite number: {value!r}", field=field)
+    span = bounds(name)
+    if span is not None and not span[0] <= value <= span[1]:
+        raise where.error(f"{value!r} is out of {name}'s range [{span[0]:g}, {span[1]:g}]", field=field)
+    return float(value)
+
+
+def check_baseline_file(path: Path) -> None:
+    """A baseline pipeline YAML holds settings: an empty one (what a failed ``git show REV:FILE >
+    baseline.yaml`` leaves) would be gated as the default pipeline."""
+    from composer.yamlfile import read_yaml
+
+    if not read_yaml(path, what="pipeline file"):
+        raise InputError("the baseline pipeline file is empty: nothing to compare against (did the command "
+                         "that wrote it fail?)", path=path)
 
 
 def objective_of_summary(section: Any, source: str) -> ObjectiveConfig | None:
@@ -305,4 +373,5 @@ def render_gate(result: GateResult) -> Group:
     table.add_row("decision", decision)
     title = Text(f"CI gate: {result.metric} of the new system minus the baseline's, over {result.n} "
                  "questions")
-    return Group(title, table, Text(result.reason))
+    notes = [Text(f"note: {note}", style="yellow") for note in result.notes]
+    return Group(title, table, Text(result.reason), *notes)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field
 
 from composer.generation.prompts import AnswerTemplate
-from composer.llm.config import LLMConfig, check_env_name, check_params, derive_config
+from composer.llm.config import EndpointChecks, LLMConfig, derive_config
 from composer.settings import Strict
 
 DEFAULT_MAX_TOKENS = LLMConfig.model_fields["max_tokens"].default
@@ -16,7 +16,7 @@ HEADER_PARAMS = ("extra_headers", "headers")
 trial records and ``composer export`` writes."""
 
 
-class GenerationConfig(Strict):
+class GenerationConfig(EndpointChecks, Strict):
     """Who answers: ``model`` None is the offline extractive answerer, else a litellm chat model.
 
     Everything that shapes an answer and where to reach the model live here (and so in an exported
@@ -46,16 +46,6 @@ class GenerationConfig(Strict):
     )
 
     model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _env_name(cls, value: str | None) -> str | None:
-        return check_env_name(value)
-
-    @field_validator("params")
-    @classmethod
-    def _params(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return check_params(value)
 
     def llm_config(self, run: LLMConfig | None = None) -> LLMConfig | None:
         """The generator's LLMConfig: this model and endpoint on the run's operational settings."""

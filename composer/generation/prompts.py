@@ -64,13 +64,14 @@ _CONCISE: dict[PromptLanguage, str] = {
 
 
 def _answer_templates(systems: dict[PromptLanguage, str]) -> Localized:
-    """The templates of ``systems``, their passages fenced as untrusted data."""
+    """The templates of ``systems``, their passages and question fenced as untrusted data."""
     return fenced(
         {
             lang: PromptTemplate(systems[lang].replace("$refusal", REFUSALS[lang]), _ANSWER_USER[lang])
             for lang in systems
         },
         "contexts",
+        "question",
     )
 
 

@@ -21,6 +21,8 @@ def open_index(location: str | None, workdir: str | Path, api_key: str | None = 
 
     A server's API key is ``api_key``, else ``$QDRANT_API_KEY``: read from the environment here, so it
     never sits in a config file, shell history or process list, and is kept out of every log record.
+    That default is for a location the user gave (``--qdrant``, the experiment's ``qdrant:``); ``api_key``
+    ``""`` sends none, for a location a model names (its key variable goes through ``composer.secrets``).
     A ``:memory:`` index lives as long as the returned object: keep it for both indexing and searching.
     """
     if location in (None, "edge"):
@@ -28,7 +30,7 @@ def open_index(location: str | None, workdir: str | Path, api_key: str | None = 
     if location == ":memory:":
         return ClientBackend(location)
     if location.startswith(("http://", "https://")):
-        key = api_key or os.environ.get(QDRANT_API_KEY_ENV) or None
+        key = (os.environ.get(QDRANT_API_KEY_ENV) if api_key is None else api_key) or None
         register_secret(key)
         return ClientBackend(location, api_key=key)
     raise InputError(

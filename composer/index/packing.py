@@ -7,6 +7,10 @@ with their place in the blob) and ``data.bin`` (those extents, back to back). Ho
 left out (found with ``SEEK_DATA``/``SEEK_HOLE`` where the file system reports them, and by comparing
 blocks with zeros), and unpacking recreates each file at its size with only those extents written (in the
 kernel with ``copy_file_range`` where it can), so the copy is sparse again.
+
+A pack travels inside a model, which may come from anywhere: its manifest is checked whole before
+unpacking creates anything (names inside the folder, extents inside their files and the blob, no blob
+byte used twice, a cap on the declared size).
 """
 
 from __future__ import annotations
@@ -15,8 +19,11 @@ import errno
 import json
 import os
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
+
+from composer.errors import ComposerError, InputError
 
 FORMAT = "composer-packed-folder/v1"
 MANIFEST = "files.json"
@@ -25,6 +32,10 @@ BLOCK = 1 << 20
 """Granularity of the zero-block test: a block of this size (or a file's last, shorter one) that holds
 only zeros is left out."""
 _ZEROS = bytes(BLOCK)
+MAX_UNPACK = 16 << 30
+"""The most bytes (files' declared sizes, holes included) a pack may unpack to: a shard of millions of
+chunks stays far below it, a manifest that claims more is refused before anything is written."""
+MAX_UNPACK_ENV = "COMPOSER_MAX_UNPACK_BYTES"
 
 
 def pack_folder(source: Path, dest: Path) -> int:
@@ -57,28 +68,89 @@ def pack_folder(source: Path, dest: Path) -> int:
 
 
 def unpack_folder(pack: Path, dest: Path) -> None:
-    """Recreate the folder packed as ``pack`` at ``dest`` (created; it must not exist)."""
-    manifest = json.loads((pack / MANIFEST).read_text(encoding="utf-8"))
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ValueError(f"{pack} is not a packed folder of format {FORMAT}")
+    """Recreate the folder packed as ``pack`` at ``dest`` (created; it must not exist). The manifest is
+    checked whole before anything is created (``_checked``): a damaged or hostile pack is one
+    ComposerError naming it, not a half-written folder."""
+    dirs, files = _checked(pack)
     dest.mkdir(parents=True)
-    for name in manifest["dirs"]:
-        (dest / _inside(name)).mkdir(parents=True, exist_ok=True)
+    for name in dirs:
+        (dest / name).mkdir(parents=True, exist_ok=True)
     with open(pack / BLOB, "rb") as blob:
-        for entry in manifest["files"]:
-            path = dest / _inside(entry["path"])
+        for name, size, extents in files:
+            path = dest / name
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
-                os.ftruncate(fd, int(entry["size"]))  # a hole until written
-                for offset, length, at in entry["extents"]:
-                    _copy(blob.fileno(), fd, int(at), int(offset), int(length))
+                os.ftruncate(fd, size)  # a hole until written
+                for offset, length, at in extents:
+                    _copy(blob.fileno(), fd, at, offset, length)
+            except ValueError as exc:
+                raise ComposerError(f"packed folder {pack} is damaged: {exc}") from None
             finally:
                 os.close(fd)
 
 
-def _inside(name: str) -> str:
+def unpack_limit() -> int:
+    """The most bytes an unpacked folder may declare, ``$COMPOSER_MAX_UNPACK_BYTES`` or ``MAX_UNPACK``."""
+    raw = os.environ.get(MAX_UNPACK_ENV, "").strip()
+    if not raw:
+        return MAX_UNPACK
+    try:
+        return int(raw)
+    except ValueError:
+        raise InputError(f"expected a number of bytes (got {raw!r})", field=MAX_UNPACK_ENV) from None
+
+
+def _checked(pack: Path) -> tuple[list[str], list[tuple[str, int, list[tuple[int, int, int]]]]]:
+    """The folders and files (name, size, extents) a pack's manifest declares, refused unless every name
+    stays inside the folder, every extent lies inside its file and inside the blob, no two extents share
+    blob bytes (a small pack must not unpack to many copies of one blob), and the sizes declared stay
+    under ``unpack_limit``."""
+    def bad(why: str) -> ComposerError:
+        return ComposerError(f"packed folder {pack} is damaged or not Composer's: {why}")
+
+    try:
+        manifest = json.loads((pack / MANIFEST).read_text(encoding="utf-8"))
+        blob_size = (pack / BLOB).stat().st_size
+    except (OSError, ValueError) as exc:
+        raise bad(f"{type(exc).__name__}: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise bad(f"{MANIFEST} is not of format {FORMAT}")
+    try:
+        dirs = [_inside(name) for name in manifest["dirs"]]
+        files = [(_inside(e["path"]), _count(e["size"]), [(_count(o), _count(n), _count(a)) for o, n, a in
+                                                          e["extents"]]) for e in manifest["files"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise bad(f"{MANIFEST} does not list files as packed: {type(exc).__name__}: {exc}") from None
+    names = [name for name, _, _ in files]
+    if len(set(names)) != len(names):
+        raise bad("a file is listed twice")
+    spans = sorted((at, at + length) for _, _, extents in files for _, length, at in extents)
+    if any(hi > lo for (_, hi), (lo, _) in pairwise(spans)):
+        raise bad("extents overlap in the packed data")
+    if spans and spans[-1][1] > blob_size:
+        raise bad(f"the packed data ends early ({blob_size} bytes, extents up to {spans[-1][1]})")
+    for name, size, extents in files:
+        if any(offset + length > size for offset, length, _ in extents):
+            raise bad(f"an extent of {name} lies past its size")
+    declared, limit = sum(size for _, size, _ in files), unpack_limit()
+    if declared > limit:
+        raise ComposerError(f"packed folder {pack} unpacks to {declared} bytes, more than the {limit} "
+                            f"allowed: raise ${MAX_UNPACK_ENV} if it is yours and that large")
+    return dirs, files
+
+
+def _count(value: Any) -> int:
+    """A manifest's size or offset: a non-negative integer."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{value!r} is not a size")
+    return value
+
+
+def _inside(name: Any) -> str:
     """A manifest's relative path, refused if it would leave the folder."""
+    if not isinstance(name, str):
+        raise ValueError(f"packed path {name!r} is not a path")
     parts = Path(name).parts
     if not parts or Path(name).is_absolute() or ".." in parts:
         raise ValueError(f"packed path {name!r} leaves its folder")

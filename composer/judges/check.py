@@ -25,7 +25,7 @@ from composer.files import write_atomic
 from composer.generation.generator import Answer
 from composer.judges.agreement import bootstrap_agreement, confusion, kappa_of, spearman, terciles
 from composer.judges.config import JudgeConfig
-from composer.judges.labels import Label, Scale, scale_of
+from composer.judges.labels import Label, Scale, check_passages, csv_cell, scale_of
 from composer.judges.panel import judge_answers
 from composer.judges.trust import judge_key, store_checks
 from composer.llm.config import LLMConfig
@@ -153,7 +153,7 @@ class CheckResult:
         writer = csv.DictWriter(buffer, fieldnames=list(_row(next(iter(self._all()), None)).keys()))
         writer.writeheader()
         for judged in self._all():
-            writer.writerow(_row(judged))
+            writer.writerow({k: csv_cell(v) for k, v in _row(judged).items()})
         write_atomic(folder / "judged.csv", buffer.getvalue())
 
     def _all(self) -> list[Judged]:
@@ -212,8 +212,9 @@ def check(
     store: bool = True,
 ) -> CheckResult:
     """Judge every labelled answer with ``judge`` (over the generator settings ``llm``) and measure
-    agreement per metric in ``judge.metrics`` that has labels. The result is stored for ``latest_check``
-    unless ``store`` is false."""
+    agreement per metric in ``judge.metrics`` that has labels (labels of a metric judged against passages
+    need their passages: ``check_passages``). The result is stored for ``latest_check`` unless ``store``
+    is false."""
     from composer.evaluation.scoring import make_judging
 
     if not 0 < threshold <= 1:
@@ -225,6 +226,7 @@ def check(
             f"no labels for the judged metrics {', '.join(judge.metrics)} (labels are for {', '.join(have)})",
             field="metrics",
         )
+    check_passages([lb for lb in labels if lb.metric in metrics])
     config = judge.model_copy(update={"metrics": tuple(metrics), "max_failure_share": 1.0})
     judging = make_judging(config, llm, Path(workdir))
     with track_usage() as usage:

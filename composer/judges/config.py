@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from composer.embedding.config import EmbeddingConfig
 from composer.errors import ConfigError, config_error
 from composer.judges.panel import JudgeSettings
-from composer.llm.config import LLMConfig, TokenPrice, check_env_name, judge_config
+from composer.llm.config import EndpointChecks, LLMConfig, TokenPrice, judge_config
 from composer.yamlfile import read_yaml
 
 _LLM_FIELDS = ("api_base", "api_key_env", "timeout", "max_concurrency", "max_retries", "price")
@@ -20,7 +20,7 @@ MIN_KAPPA = 0.4
 agreement (Landis & Koch 1977); under it the judge disagrees with people too often to rank trials by."""
 
 
-class JudgeConfig(JudgeSettings):
+class JudgeConfig(EndpointChecks, JudgeSettings):
     """JudgeSettings plus the judge's model and endpoint. Unset fields inherit the generator's settings
     (the experiment's ``llm:``); the judge always runs at temperature 0.
 
@@ -46,11 +46,6 @@ class JudgeConfig(JudgeSettings):
         description="a study warns before its first trial when the judge's checked agreement with human "
         "labels is below this Cohen's kappa (or was never checked)",
     )
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _env_name(cls, value: str | None) -> str | None:
-        return check_env_name(value)
 
     @model_validator(mode="before")
     @classmethod

@@ -7,7 +7,12 @@ labelled answer per row:
   ``reference``) may come from ``--questions FILE`` by id instead;
 - ``answer`` (also ``response``), ``contexts`` (also ``context``; in a table a JSON list);
 - ``metric``: a judged metric (``answer_correctness``, ``faithfulness``, ``llm_judge_rating``...);
-- ``label``: 0/1 (fail/pass) or 1-5 (a rating); ``rationale`` optional.
+- ``label``: 0/1 (fail/pass) or 1-5 (a rating), one scale per metric; ``rationale`` optional;
+- ``trial`` and ``judge_score`` (what ``composer label`` adds) are read and ignored; any other column is
+  an error naming it, so a misspelt ``lable`` is not silently dropped.
+
+Cells a spreadsheet would run as a formula (starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage
+return) are written with a leading ``'`` (``csv_cell``) and read back without it (``plain_cell``).
 
 Human feedback given in the MLflow UI on a study's traces (assessments whose source is HUMAN) is read
 back into the same labels by ``labels_from_mlflow``.
@@ -43,6 +48,11 @@ _ALIASES = {
     **dict.fromkeys(("label", "human_label"), "label"),
     "rationale": "rationale",
 }
+IGNORED = ("trial", "judge_score")
+"""Columns a labelling sheet adds (``composer.judges.sheet``) that a labels file may keep."""
+PASSAGE_METRICS = ("faithfulness", "context_precision", "context_recall")
+"""Metrics judged against the answer's passages: their labels need the passages (``contexts``)."""
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
 
 
 @dataclass(frozen=True)
@@ -83,7 +93,12 @@ def load_labels(source: Any, *, questions: Sequence[Question] | None = None) -> 
 
 
 def _label(row: Mapping[str, Any], where: Where, questions: Mapping[str, Question]) -> Label:
-    fields, _ = split_fields(row, _ALIASES, where)
+    if where.tabular:
+        row = {k: plain_cell(v) for k, v in row.items()}
+    fields, extra = split_fields(row, _ALIASES, where)
+    unknown = [k for k in extra if k.strip().lower() not in IGNORED]
+    if unknown:
+        raise where.error(f"unknown column {unknown[0]!r}{_closest(unknown[0])}", field=unknown[0])
     label_id = as_id(fields.get("id"), where)
     if label_id is None:
         raise where.error("missing id", field="id")
@@ -143,25 +158,85 @@ def label_value(value: Any, where: Where, metric: str) -> int:
 
 
 def scale_of(labels: Iterable[Label], metric: str) -> Scale:
-    """Ratings for the rating metric or when any label is above 1, else pass/fail."""
+    """Ratings for the rating metric or when any label is above 1, else pass/fail (``check_scales`` has
+    made sure the labels leave no doubt)."""
     if metric in RATING_ONLY:
         return "ordinal"
     return "ordinal" if any(lb.label > 1 for lb in labels if lb.metric == metric) else "binary"
 
 
 def check_scales(labels: Sequence[Label]) -> None:
-    """One scale per metric: a 0 among 1-5 ratings is a slip (0 is no rating), named by its line."""
+    """One clear scale per metric, never guessed from a stray value: 0/1 labels with a 2 to 5 among
+    them, or labels of only 1 and 2 (pass/fail with a slip, or ratings?), are an InputError naming the
+    line of the label that does not fit."""
     for metric in dict.fromkeys(lb.metric for lb in labels):
-        if scale_of(labels, metric) == "binary":
+        if metric in RATING_ONLY:
             continue
-        zero = next((lb for lb in labels if lb.metric == metric and lb.label == 0), None)
-        if zero is not None:
+        mine = [lb for lb in labels if lb.metric == metric]
+        values = {lb.label for lb in mine}
+        if not values & {2, 3, 4, 5}:
+            continue
+        if 0 in values:
+            ratings = [lb for lb in mine if lb.label > 1]
+            zeros = [lb for lb in mine if lb.label == 0]
+            odd = ratings[0] if len(ratings) <= len(zeros) else zeros[0]
             raise InputError(
-                f"{metric} labels mix 0/1 (pass/fail) with 1-5 ratings: use one scale",
-                path=zero.source,
-                line=zero.line,
-                field="label",
+                f"{metric} labels mix 0/1 (pass/fail) with 1-5 ratings (label {odd.label}): use one scale",
+                path=odd.source, line=odd.line, field="label",
             )
+        if values <= {1, 2}:
+            two = next(lb for lb in mine if lb.label == 2)
+            raise InputError(
+                f"{metric} labels are only 1 and 2: pass/fail labels are 0/1, ratings use the 1-5 scale; "
+                "write 0 for a fail, or rate on the whole scale",
+                path=two.source, line=two.line, field="label",
+            )
+
+
+def check_passages(labels: Sequence[Label]) -> None:
+    """Labels of a metric judged against passages (``PASSAGE_METRICS``) that have none are an
+    InputError naming the file, how many and their lines: the judge would score them against nothing
+    (every verdict "no retrieved context") and report agreement with that."""
+    bare = [lb for lb in labels if lb.metric in PASSAGE_METRICS and not any(c.strip() for c in lb.contexts)]
+    if not bare:
+        return
+    first = bare[0]
+    lines = ", ".join(str(lb.line) for lb in bare[:5]) + (", ..." if len(bare) > 5 else "")
+    metrics = ", ".join(dict.fromkeys(lb.metric for lb in bare))
+    raise InputError(
+        f"{len(bare)} {metrics} label{'s' * (len(bare) != 1)} without passages (lines {lines}): those "
+        "metrics judge the answer against its passages; give them in the contexts column (`composer "
+        "label` writes them when it can read the index)",
+        path=first.source, line=first.line, field="contexts",
+    )
+
+
+def csv_cell(value: object) -> object:
+    """A cell as a CSV for spreadsheets should hold it (OWASP's CSV injection advice): text that a
+    spreadsheet would run as a formula gets a leading ``'``, as does text that starts with ``'`` before
+    such a character, so that ``plain_cell`` gives every text back as it was."""
+    if isinstance(value, str) and (value.startswith(_FORMULA) or _quoted(value)):
+        return "'" + value
+    return value
+
+
+def plain_cell(value: object) -> object:
+    """A cell of a labels table without the ``'`` that ``csv_cell`` put before it."""
+    return value[1:] if isinstance(value, str) and _quoted(value) else value
+
+
+def _quoted(text: str) -> bool:
+    """Whether ``text`` is a ``'`` before formula text or before another such ``'``."""
+    return text[:1] == "'" and (text[1:].startswith(_FORMULA) or _quoted(text[1:]))
+
+
+def _closest(column: str) -> str:
+    """" (did you mean 'label'?)" for the known column nearest a misspelt one, else a list of them."""
+    import difflib
+
+    known = [*dict.fromkeys(_ALIASES), *IGNORED]
+    close = difflib.get_close_matches(column.strip().lower(), known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else f"; expected {', '.join(known)}"
 
 
 def labels_from_mlflow(

@@ -1,4 +1,5 @@
-"""Judge prompts in Arabic, Persian and English; JSON keys stay English so one parser reads every language."""
+"""Judge prompts in Arabic, Persian and English; JSON keys stay English so one parser reads every language.
+Every text a judge is shown (question, answer, reference, passages) is fenced as untrusted data."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ STATEMENTS: Localized = fenced({
         'the answer\'s language. Reply with JSON only: {"statements": ["...", "..."]}',
         "Question: $question\n\nAnswer sentences:\n$sentences",
     ),
-}, "sentences")
+}, "question", "sentences")
 
 FAITHFULNESS: Localized = fenced({
     "ar": PromptTemplate(
@@ -50,8 +51,7 @@ FAITHFULNESS: Localized = fenced({
         'short sentence"}',
         "Context:\n$contexts\n\nStatements:\n$statements",
     ),
-}, "contexts",
-    "statements")
+}, "contexts", "statements")
 
 CORRECTNESS: Localized = fenced({
     "ar": PromptTemplate(
@@ -81,8 +81,7 @@ CORRECTNESS: Localized = fenced({
         "Question: $question\n\nAnswer statements:\n$answer_statements\n\nReference statements:\n"
         "$reference_statements",
     ),
-}, "answer_statements",
-    "reference_statements")
+}, "question", "answer_statements", "reference_statements")
 
 RATING: Localized = fenced({
     "ar": PromptTemplate(
@@ -110,8 +109,7 @@ RATING: Localized = fenced({
         'Reply with JSON only: {"rating": 4, "reason": "one short sentence"}',
         "Question: $question\n\nReference answer: $reference\n\nAnswer: $answer",
     ),
-}, "reference",
-    "answer")
+}, "question", "reference", "answer")
 
 RELEVANCY: Localized = fenced({
     "ar": PromptTemplate(
@@ -154,8 +152,7 @@ CONTEXT_PRECISION: Localized = fenced({
         "[1, 0]}",
         "Question: $question\n\nReference answer: $reference\n\nPassages:\n$contexts",
     ),
-}, "reference",
-    "contexts")
+}, "question", "reference", "contexts")
 
 CONTEXT_RECALL: Localized = fenced({
     "ar": PromptTemplate(
@@ -176,8 +173,7 @@ CONTEXT_RECALL: Localized = fenced({
         'order. Reply with JSON only: {"verdicts": [1, 0]}',
         "Question: $question\n\nContext:\n$contexts\n\nReference answer sentences:\n$sentences",
     ),
-}, "contexts",
-    "sentences")
+}, "question", "contexts", "sentences")
 
 METRIC_PROMPTS: dict[str, tuple[Localized, ...]] = {
     "answer_correctness": (STATEMENTS, CORRECTNESS),

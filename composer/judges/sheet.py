@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from composer.errors import InputError
-from composer.files import write_atomic
+from composer.files import plain_name, write_atomic
+from composer.judges.labels import csv_cell
 from composer.judges.panel import JUDGE_METRICS
 from composer.redact import scrub_url
 
@@ -69,18 +70,21 @@ class LabellingSheet:
     runs: dict[int, str]
     """Trial number -> MLflow run id, for the trials the rows come from."""
     missing_contexts: int = 0
-    """Rows whose passages MLflow does not hold (the index's texts were not logged)."""
+    """Rows without some of their passages: neither the study's MLflow run nor the work dir's saved
+    index holds them."""
 
     def to_csv(self) -> str:
         """The sheet as CSV (contexts as a JSON list), with a byte-order mark so spreadsheets read the
-        Arabic and Persian text as UTF-8; the labels reader drops the mark."""
+        Arabic and Persian text as UTF-8 (the labels reader drops the mark), and no cell a spreadsheet
+        would run as a formula (``csv_cell``; the reader gives the text back as it was)."""
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(COLUMNS)
         for r in self.rows:
             score = "" if r.judge_score is None else repr(r.judge_score)
-            writer.writerow([r.id, r.question, r.answer, json.dumps(list(r.contexts), ensure_ascii=False),
-                             r.reference_answer or "", r.metric, "", "", r.trial, score])
+            cells = [r.id, r.question, r.answer, json.dumps(list(r.contexts), ensure_ascii=False),
+                     r.reference_answer or "", r.metric, "", "", r.trial, score]
+            writer.writerow([csv_cell(c) for c in cells])
         return "\ufeff" + out.getvalue()
 
     def to_html(self) -> str:
@@ -88,7 +92,7 @@ class LabellingSheet:
         count = len(self.rows)
         title = f"Label {self.metric}: study {self.study} ({count} answer{'s' * (count != 1)})"
         scale = ("1-5 (a rating)" if self.metric == "llm_judge_rating"
-                 else "1 (pass) or 0 (fail), or a 1-5 rating")
+                 else "1 (pass) or 0 (fail), or a 1-5 rating: one scale for the whole sheet")
         items = "\n".join(_html_row(n, r) for n, r in enumerate(self.rows, 1))
         return (
             '<!doctype html>\n<html lang="und"><head><meta charset="utf-8">'
@@ -148,6 +152,7 @@ def labelling_sheet(
     trial without answers, is an InputError."""
     from mlflow import MlflowClient
 
+    from composer.pipeline.saved import SAVED_DIR
     from composer.store import sqlite_file
     from composer.study.leaderboard import leaderboard
     from composer.study.study import load_study
@@ -174,7 +179,8 @@ def labelling_sheet(
     keys = {int(t): k for t, k in zip(board["trial"], board["index_key"], strict=True) if isinstance(k, str)}
     tables = _answer_tables(client, name, _trials(board, runs, name, trial), runs, trial)
     rows = _pick(_candidates(tables, chosen, limits), n, random.Random(seed))
-    texts = _chunk_texts(client, parent, {keys[r.trial] for r in rows if r.trial in keys}, rows)
+    texts = _chunk_texts(client, parent, {keys[r.trial] for r in rows if r.trial in keys}, rows,
+                         exp.work_dir / SAVED_DIR)
     return _sheet(name, chosen, rows, texts, keys, str(found.experiment_id), runs)
 
 
@@ -293,21 +299,23 @@ def _pick(candidates: Sequence[_Candidate], n: int, rng: random.Random) -> list[
 
 
 def _chunk_texts(client: MlflowClient, parent: str | None, keys: Iterable[str],
-                 rows: Sequence[_Candidate]) -> dict[str, dict[str, str]]:
-    """Index key -> chunk id -> text of the passages the rows were given, from the study run's
-    ``chunks/<key>.jsonl`` (read a line at a time: an index's may be a gigabyte)."""
+                 rows: Sequence[_Candidate], saved: Path) -> dict[str, dict[str, str]]:
+    """Index key -> chunk id -> text of the passages the rows were given: from the study run's
+    ``chunks/<key>.jsonl`` (read a line at a time: an index's may be a gigabyte), else from the index
+    saved in the work dir (``saved/<key>/chunks.json``), which holds the same chunks."""
     from mlflow.exceptions import MlflowException
 
     wanted = {i for r in rows for i in r.retrieved}
     texts: dict[str, dict[str, str]] = {}
-    if parent is None:
-        return texts
     for key in keys:
         found: dict[str, str] = {}
         with tempfile.TemporaryDirectory() as tmp:
             try:
+                if parent is None:
+                    raise MlflowException("the study has no MLflow run")
                 path = Path(client.download_artifacts(parent, f"chunks/{key}.jsonl", tmp))
-            except (MlflowException, OSError):  # not logged: the index's key names no file
+            except (MlflowException, OSError):  # not logged: read the saved index instead
+                texts[key] = _saved_texts(saved, key, wanted)
                 continue
             with path.open(encoding="utf-8") as lines:
                 for line in lines:
@@ -316,6 +324,21 @@ def _chunk_texts(client: MlflowClient, parent: str | None, keys: Iterable[str],
                         found[chunk["id"]] = str(chunk["text"])
         texts[key] = found
     return texts
+
+
+def _saved_texts(saved: Path, key: str, wanted: set[str]) -> dict[str, str]:
+    """Chunk id -> text of the ``wanted`` chunks of the index saved as ``saved/<key>`` (none when it is
+    not there, or unreadable)."""
+    from composer.pipeline.saved import CHUNKS
+
+    if not plain_name(key):  # the key names a folder
+        return {}
+    try:
+        columns = json.loads((saved / key / CHUNKS).read_bytes())
+        pairs = zip(columns["id"], columns["text"], strict=True)
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return {str(i): str(t) for i, t in pairs if i in wanted}
 
 
 def _sheet(study: str, metric: str, picked: Sequence[_Candidate], texts: dict[str, dict[str, str]],

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
 import time
 import warnings
@@ -46,6 +45,7 @@ from composer.llm.prompt import PromptLanguage, prompt_language
 from composer.llm.sdk import load_litellm
 from composer.llm.sync import run_sync
 from composer.llm.usage import FailureKind, Usage, active_trackers
+from composer.secrets import NO_KEY
 
 Message = Mapping[str, Any]
 Messages = Sequence[Message]
@@ -243,10 +243,10 @@ class LLMClient:
             kwargs["api_base"] = cfg.api_base
         if self._api_key:
             kwargs["api_key"] = self._api_key
-        elif cfg.api_base and cfg.model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
-            kwargs["api_key"] = (
-                "no-key"  # keyless OpenAI-compatible servers (vLLM, llama.cpp): the SDK wants one
-            )
+        elif cfg.api_base:
+            # Never the provider's usual variable (OPENAI_API_KEY...), which litellm would otherwise send
+            # to this endpoint: with api_base the key is the one api_key_env names, or none at all.
+            kwargs["api_key"] = NO_KEY
         from composer.llm.transport import body_limit, reply_limit, sdk_client
 
         if cfg.model.startswith("openai/"):  # OpenAI-compatible: read through the bounded transport

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from composer.errors import ConfigError
+from composer.secrets import read_key
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Parameters that would smuggle a secret or the endpoint past the fields that handle them.
@@ -29,11 +28,28 @@ class TokenPrice(BaseModel):
         return (prompt_tokens * self.input + completion_tokens * self.output) / 1_000_000
 
 
-class LLMConfig(BaseModel):
+class EndpointChecks(BaseModel):
+    """The checks every block naming an endpoint shares (the generator, ``llm:``, a judge): its key
+    variable is a name, never the key, and its extra parameters smuggle no key or endpoint."""
+
+    @field_validator("api_key_env", check_fields=False)
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        return check_env_name(value)
+
+    @field_validator("params", check_fields=False)
+    @classmethod
+    def _no_reserved(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return check_params(value)
+
+
+class LLMConfig(EndpointChecks):
     """One chat model reached through litellm ("openai/gpt-4o-mini", "ollama/qwen2.5", "openai/x" + api_base).
 
     ``api_key_env`` names the environment variable holding the key, so configs, MLflow params and logs
-    never contain it; without it litellm reads the provider's usual variable (OPENAI_API_KEY, ...).
+    never contain it; the name must be one the user allowed (``composer.secrets``). Without it litellm
+    reads the provider's usual variable (OPENAI_API_KEY, ...) for the provider's own endpoint only: with
+    ``api_base`` no key from the environment is sent unless ``api_key_env`` names it.
     """
 
     # A key pasted into the wrong field must not be echoed back in the validation error.
@@ -62,24 +78,12 @@ class LLMConfig(BaseModel):
         default_factory=dict, description="extra litellm parameters (top_p, seed, ...)"
     )
 
-    @field_validator("api_key_env")
-    @classmethod
-    def _env_name(cls, value: str | None) -> str | None:
-        return check_env_name(value)
-
-    @field_validator("params")
-    @classmethod
-    def _no_reserved(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return check_params(value)
-
     def api_key(self) -> str | None:
-        """The key from the named environment variable; a clear error when the variable is unset."""
+        """The key from the named environment variable, if the user allowed that name; a clear error,
+        before any request, when it is refused or unset."""
         if self.api_key_env is None:
             return None
-        key = os.environ.get(self.api_key_env)
-        if not key:
-            raise ConfigError(f"environment variable {self.api_key_env} is not set", field="api_key_env")
-        return key
+        return read_key(self.api_key_env, field="api_key_env")
 
     def token_price(self) -> TokenPrice | None:
         """The price this model's tokens are charged at, if configured (else litellm's tables decide)."""

@@ -82,7 +82,7 @@ class PipelineConfig(Strict):
             "bm25": {"scheme": SCHEME, **self.retrieval.model_dump(include=set(BM25_SETTINGS))},
         }
         if self.needs_dense_index:
-            query_time = {"batch_size", "query_prefix", "api_base", "device"}
+            query_time = {"batch_size", "query_prefix", "api_base", "api_key_env", "device"}
             settings["embedding"] = self.embedding.model_dump(exclude=query_time)
         return settings
 

@@ -1,14 +1,14 @@
 """Retrieval-side prompts in Arabic, Persian and English: query expansion and LLM reranking.
 
 Each asks for JSON the parsers in ``composer.llm.parse`` read back (queries, a step-back question, a 0-3
-grade, a ranking).
+grade, a ranking). The question and passages are fenced as untrusted data (``composer.llm.prompt.fence``).
 """
 
 from __future__ import annotations
 
 from composer.llm.prompt import Localized, PromptTemplate, fenced
 
-MULTI_QUERY: Localized = {
+MULTI_QUERY: Localized = fenced({
     "ar": PromptTemplate(
         "اكتب $n صيغًا مختلفة للسؤال يمكن أن تسترجع من محرك بحث المقاطع التي تجيب عنه، "
         'بنفس لغة السؤال ومعناه. أجب بكائن JSON فقط: {"queries": ["...", "..."]}',
@@ -25,9 +25,9 @@ MULTI_QUERY: Localized = {
         '["...", "..."]}',
         "Question: $question",
     ),
-}
+}, "question")
 
-HYDE: Localized = {
+HYDE: Localized = fenced({
     "ar": PromptTemplate(
         "اكتب فقرة قصيرة (من جملتين إلى أربع جمل) بأسلوب الموسوعة تجيب عن السؤال باللغة العربية. "
         "تُستخدم الفقرة للبحث فقط، فلا بأس بالتفاصيل المعقولة. اكتب الفقرة وحدها.",
@@ -44,12 +44,12 @@ HYDE: Localized = {
         "only.",
         "Question: $question",
     ),
-}
+}, "question")
 
 # Step-back prompting (Zheng et al. 2023, "Take a Step Back"): one more general question about the concept,
 # entity or period behind the question, whose answer is the background the original needs. The examples
 # name people found in neither ARCD nor PersianQA.
-STEP_BACK: Localized = {
+STEP_BACK: Localized = fenced({
     "ar": PromptTemplate(
         "أنت خبير واسع الاطلاع. تراجع خطوة عن السؤال: أعد صياغته سؤالًا واحدًا أعمّ عن المفهوم أو الشخص "
         "أو الحقبة التي يقوم عليها، بحيث تقدّم إجابته الخلفية اللازمة للإجابة عن السؤال الأصلي. اكتبه "
@@ -86,7 +86,7 @@ STEP_BACK: Localized = {
         'Reply with JSON only: {"question": "..."}',
         "Question: $question",
     ),
-}
+}, "question")
 
 RERANK_POINTWISE: Localized = fenced({
     "ar": PromptTemplate(
@@ -104,7 +104,7 @@ RERANK_POINTWISE: Localized = fenced({
         '2 partly answers, 3 fully answers. Reply with JSON only: {"score": n}',
         "Question: $question\n\nPassage:\n$passage",
     ),
-}, "passage")
+}, "question", "passage")
 
 RERANK_LISTWISE: Localized = fenced({
     "ar": PromptTemplate(
@@ -124,4 +124,4 @@ RERANK_LISTWISE: Localized = fenced({
         'number once. Reply with JSON only: {"ranking": [3, 1, 2]}',
         "Question: $question\n\nPassages:\n$passages",
     ),
-}, "passages")
+}, "question", "passages")

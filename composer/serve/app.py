@@ -1,10 +1,11 @@
 """The HTTP service over an engine: ``POST /search``, ``POST /ask``, OpenAI's ``POST /v1/chat/completions``
-(plain and streamed), ``GET /v1/models``, ``GET /health``; OpenAPI docs at ``/docs``.
+(plain and streamed), ``GET /v1/models``, ``GET``/``HEAD /health``; OpenAPI docs at ``/docs``.
 
 Pipeline calls run in worker threads (at most ``Limits.threads`` at once), so a slow answer never blocks
 the event loop. A bad request is a 4xx whose body is ``{"detail": "<one line>"}``; no response or log line
 carries a key (errors pass through ``composer.llm.faults.scrub``). Each response's ``Server-Timing:
 pipeline;dur=<ms>`` header is the pipeline's own time, so a client can tell the server's overhead from it.
+Who may call it (Host allow-list, bearer token) is ``composer.serve.guard``'s.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from composer.serve.engine import Engine, Reply, Timed
+from composer.serve.guard import Access, Guard
 from composer.serve.schema import (
     AskRequest,
     AskResponse,
@@ -33,6 +35,7 @@ from composer.serve.schema import (
     SearchResponse,
 )
 from composer.serve.tracing import Tracer
+from composer.unicode import invalid_text
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class Limits:
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorResponse} for code in (400, 413, 422, 501, 502)
+    code: {"model": ErrorResponse} for code in (400, 401, 413, 421, 422, 501, 502)
 }
 
 
@@ -72,22 +75,28 @@ class Service:
         return await anyio.to_thread.run_sync(run, limiter=self.threads)
 
     def question(self, text: str) -> str:
-        """``text`` as a question, or a 422 saying why not (empty, or past ``--max-question-chars``)."""
+        """``text`` as a question, or a 422 saying why not (empty, past ``--max-question-chars``, or not
+        valid Unicode: a lone surrogate from a ``"\\udcff"`` escape could never be embedded nor sent)."""
         if not text.strip():
             raise HTTPException(422, "question: is empty")
+        if (problem := invalid_text(text)) is not None:
+            raise HTTPException(422, f"question: {problem}")
         if len(text) > self.bounds.max_question_chars:
             raise HTTPException(422, f"question: {len(text)} characters, more than the limit of "
                                      f"{self.bounds.max_question_chars} (--max-question-chars)")
         return text
 
 
-def create_app(engine: Engine, limits: Limits | None = None, tracer: Tracer | None = None) -> FastAPI:
+def create_app(
+    engine: Engine, limits: Limits | None = None, tracer: Tracer | None = None, access: Access | None = None
+) -> FastAPI:
     """The service for ``engine``.
 
     Args:
         engine: What answers (see ``composer.serve.engine.load_engine``).
         limits: Request bounds (default ``Limits()``).
         tracer: Records each request as an MLflow trace (None: no tracing).
+        access: Allowed ``Host`` names and the bearer token (default ``Access()``: anyone).
 
     Returns:
         The FastAPI application, serving ``ROUTES``.
@@ -102,6 +111,7 @@ def create_app(engine: Engine, limits: Limits | None = None, tracer: Tracer | No
     app = FastAPI(title=f"Composer: {engine.name}", description="Search and answer with a Composer pipeline.")
     app.state.service = Service(engine, bounds, tracer, anyio.CapacityLimiter(bounds.threads))
     app.add_middleware(BodyLimit, limit=bounds.max_body_bytes)
+    app.add_middleware(Guard, access=access or Access())  # the outermost: refused before the body is read
     app.add_exception_handler(RequestValidationError, _invalid)
     app.include_router(ROUTES)
     return app
@@ -130,8 +140,9 @@ async def _invalid(request: Request, exc: Exception) -> JSONResponse:
 
 
 @ROUTES.get("/health")
+@ROUTES.head("/health", include_in_schema=False)
 async def health(service: Served) -> dict[str, Any]:
-    """Whether the service answers, and what it serves."""
+    """Whether the service answers, and what it serves (``HEAD`` too, as uptime checks ask)."""
     engine = service.engine
     return {"status": "ok", "model": engine.name, "answerer": engine.answerer, "search": engine.can_search}
 
@@ -173,10 +184,12 @@ async def models(service: Served) -> dict[str, Any]:
 @ROUTES.post("/v1/chat/completions", responses=ERRORS)
 async def chat(body: ChatRequest, service: Served) -> Response:
     """OpenAI's chat completion: the last user message is the question; ``stream`` sends SSE chunks."""
-    users = [m for m in body.messages if m.role == "user"]
+    if (refusal := body.unsupported()) is not None:
+        raise HTTPException(422, refusal)
+    users = [i for i, m in enumerate(body.messages) if m.role == "user"]
     if not users:
         raise HTTPException(422, "messages: no user message to answer")
-    question = service.question(_text(users[-1].content))
+    question = service.question(_text(users[-1], body.messages[users[-1]].content))
     done = await service.call("chat", {"question": question}, lambda: service.engine.ask(question))
     r: Reply = done.value
     if r.answer is None:
@@ -204,11 +217,19 @@ def _timing(done: Timed) -> str:
     return f"pipeline;dur={done.seconds * 1e3:.3f}"
 
 
-def _text(content: str | list[dict[str, Any]] | None) -> str:
-    """A message's text: the string, or its text parts joined (OpenAI's content-part form)."""
+def _text(at: int, content: str | list[dict[str, Any]] | None) -> str:
+    """Message ``at``'s text: the string, or its text parts joined (OpenAI's content-part form); a text
+    part whose text is not a string is a 422, never its ``str()``."""
     if isinstance(content, str) or content is None:
         return content or ""
-    return "\n".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
+    texts: list[str] = []
+    for i, part in enumerate(content):
+        if part.get("type") == "text":
+            text = part.get("text", "")
+            if not isinstance(text, str):
+                raise HTTPException(422, f"messages.{at}.content.{i}.text: Input should be a valid string")
+            texts.append(text)
+    return "\n".join(texts)
 
 
 async def _sse(chunks: list[dict[str, Any]]) -> AsyncIterator[bytes]:

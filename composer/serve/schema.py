@@ -1,6 +1,8 @@
 """The service's request and response bodies. Requests refuse unknown fields, so a misspelt ``"kk"`` is a
-422 naming it, never a silent default; the OpenAI request accepts (and ignores) the sampling fields an
-OpenAI client sends, since the pipeline's config fixes those."""
+422 naming it, never a silent default, and read types strictly (``"k": true`` is not 1, ``"stream": "yes"``
+not true). The OpenAI request accepts (and ignores) the sampling fields an OpenAI client sends, since the
+pipeline's config fixes those, and refuses by name what would change the answer's form (``ChatRequest.
+unsupported``)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class SearchRequest(Strict):
@@ -58,15 +60,40 @@ class ChatRequest(Strict):
     model: str | None = None
     messages: list[ChatMessage]
     stream: bool = False
-    n: int = Field(1, ge=1, le=1, description="One choice: the pipeline's answer.")
+    n: int = Field(1, description="One choice: the pipeline's answer (n above 1 is refused).")
     stream_options: dict[str, Any] | None = None
+    # Accepted and ignored: the pipeline's config fixes sampling, length and stopping.
     temperature: float | None = None
     top_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     stop: str | list[str] | None = None
     seed: int | None = None
     user: str | None = None
+    # Accepted only where they leave the answer as it is (see ``unsupported``).
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    response_format: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+
+    def unsupported(self) -> str | None:
+        """Why this request asks for what the pipeline cannot give (a 422 naming the field), None when it
+        can be answered as asked."""
+        if self.n != 1:
+            return f"n: {self.n} choices asked; the pipeline gives one answer (n: 1)"
+        if self.logprobs or self.top_logprobs:
+            return "logprobs: the pipeline's answer carries no token log-probabilities"
+        kind = (self.response_format or {}).get("type", "text")
+        if kind != "text":
+            return f"response_format: {kind!r} is not supported; the answer is plain text (type 'text')"
+        if self.tools:
+            return "tools: the pipeline calls no tools; send the question without them"
+        if self.tool_choice not in (None, "none", "auto"):
+            return "tool_choice: the pipeline calls no tools ('none' or 'auto' only)"
+        return None
 
 
 class ErrorResponse(BaseModel):

@@ -26,17 +26,19 @@ from pydantic import (
 from composer.errors import ConfigError, config_error
 from composer.judges.config import JudgeConfig, load_judge_file
 from composer.llm.config import LLMConfig
+from composer.metrics.directions import DIRECTIONS, UNBOUNDED, refusal
 from composer.metrics.retrieval import RETRIEVAL_METRICS
+from composer.secrets import allowed_list
 from composer.synth.config import SynthConfig
 from composer.yamlfile import read_yaml
 
 DEFAULT_WORKDIR = Path(".composer")
 
 SECONDARY_DIRECTIONS: dict[str, Literal["minimize", "maximize"]] = {
-    "latency_ms": "minimize",
-    "context_tokens": "minimize",
-    "llm_cost_usd": "minimize",
+    name: "minimize" if DIRECTIONS[name] == "lower" else "maximize" for name in UNBOUNDED
 }
+"""The study's secondary objectives (cost-like, unbounded) and Optuna's direction for each, read from the one
+table of metric directions."""
 SECONDARY_METRICS: dict[str, str] = {"llm_cost_usd": "llm_cost_per_question_usd"}
 """A secondary objective's metric key where it differs from its name: ``llm_cost_usd`` is read per question
 (a trial's total grows with the questions it ran, which a pruned trial ran fewer of)."""
@@ -88,6 +90,9 @@ class ObjectiveConfig(_Strict):
                 f"unknown metric {unknown[0]!r}; known: {', '.join(known_metrics())} "
                 "(retrieval metrics are read at k, or name one with its cutoff, e.g. recall@5)"
             )
+        refused = [why for m, w in metrics.items() if w and (why := refusal(m, "a composite"))]
+        if refused:
+            raise ValueError(refused[0])
         return metrics
 
     @model_validator(mode="after")
@@ -235,6 +240,9 @@ class ExperimentConfig(_Strict):
     mlflow: MlflowConfig = MlflowConfig()
     qdrant: str | None = Field(default=None, description="Qdrant url or ':memory:'; default Qdrant Edge.")
     workdir: Path | None = None
+    allow_env: Annotated[list[str], AfterValidator(allowed_list)] = Field(
+        default_factory=list, description="Environment variables the study's configs may read keys from "
+        "(api_key_env), besides COMPOSER_* ones and $COMPOSER_ALLOW_ENV's (docs/security.md).")
     llm: LLMConfig | None = Field(
         default=None,
         description="The generator: its model answers every trial whose search space picks no "

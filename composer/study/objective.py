@@ -43,6 +43,17 @@ def available_metrics(questions: Iterable[Question], ks: Iterable[int], judged: 
     return out
 
 
+def cutoffs(config: ObjectiveConfig) -> set[int]:
+    """The cutoffs the objective reads retrieval metrics at (its ``k``, and each ``name@k`` it names): an
+    evaluation must score them, whatever cutoffs it was asked for, for the composite to exist."""
+    out: set[int] = set()
+    for name, weight in config.metrics.items():
+        base, at, k = name.partition("@")
+        if weight and base in RETRIEVAL_METRICS:
+            out.add(int(k) if at else config.k)
+    return out
+
+
 class NothingToScore(ConfigError):
     """None of the objective's metrics can be scored: no trial of the study can have a value."""
 

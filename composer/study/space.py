@@ -391,13 +391,10 @@ def _numeric_range(key: str, kind: Kind, spec: Mapping[str, Any], target: FieldI
     ):
         raise ConfigError(f"'{key}' is not {'an integer' if kind == 'int' else 'a float'} setting",
                           path=source, field=f"{where}.type")
-    try:
-        low, high = spec["low"], spec["high"]
-    except KeyError as missing:
-        raise ConfigError("required for int and float dimensions", path=source,
-                          field=f"{where}.{missing.args[0]}") from None
+    low: Any = spec.get("low")
+    high: Any = spec.get("high")
     step, log = spec.get("step"), bool(spec.get("log", False))
-    for name, v in (("low", low), ("high", high)):
+    for name, v in (("low", low), ("high", high)):  # missing, or null
         if v is None:
             raise ConfigError("required for int and float dimensions", path=source, field=f"{where}.{name}")
     for name, v in (("low", low), ("high", high), ("step", step)):
@@ -487,11 +484,14 @@ def _field_at(key: str) -> FieldInfo | type[BaseModel]:
 
 
 def _check_value(target: FieldInfo | type[BaseModel], value: Any, source: str, where: str) -> None:
+    """``value`` as the setting takes it, and no blank name where a setting takes a name or null (a model,
+    an endpoint, a key variable): checked as the space loads, not when a trial samples it."""
     assert isinstance(target, FieldInfo)
+    if isinstance(value, str) and not value.strip() and target.default is None:
+        raise ConfigError(f"{value!r} names nothing: give a name, or null for none", path=source, field=where)
     try:
         annotation = Any if target.annotation is None else target.annotation
-        setting = create_model("Setting", value=(annotation, target))
-        setting.model_validate({"value": value}, strict=True)
+        create_model("Setting", value=(annotation, target)).model_validate({"value": value}, strict=True)
     except ValidationError as exc:
         raise config_error(exc, source, field=where) from None
 

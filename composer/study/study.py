@@ -148,8 +148,9 @@ def run_study(
     console = console or report_console(stderr=True)
     started = time.monotonic()
     spend = Spend()
+    spent = budget.already_spent(exp.stop, exp.storage_url, study_name or exp.name)
     with spend.counting():  # the test requests, and any question generation
-        inputs = _inputs(exp, strict, system, concurrency)
+        inputs = _inputs(exp, strict, system, concurrency, preflight=spent is None)
     data = inputs.data
     plan = staged.plan_of(exp, data.space, n_trials)
     study = open_study(exp, data.space, name=study_name)
@@ -315,6 +316,7 @@ def _inputs(
     if exp.llm is not None:
         exp.llm.api_key()
     data.objective  # noqa: B018 - resolves (and warns about) the objective once, building the judge
+    budget.check_prices(data, exp.stop if preflight else None)
     if preflight:
         check_reachable(data.llm_endpoints())
     return _Inputs(data, questions, questions_file, generated, held_out)
@@ -372,7 +374,10 @@ def _run_trials(
         + (f" (+{len(held_out)} held out)" if held_out else ""),
         highlight=False,
     )
-    if remaining == 0:
+    if (spent := budget.reason(exp.stop, study)) is not None and remaining != 0:
+        console.print(f"study [bold]{study.study_name}[/bold]: {spent}; nothing is run "
+                      "(raise stop.max_cost_usd / max_llm_calls to go on)", highlight=False)
+    if remaining == 0 or spent is not None:
         return
     guard = _optimize.FailureGuard(exp.stop)
     with StudyProgress(console, target, done, exp.timeout) as progress, _optimize.CtrlC() as ctrl_c:

@@ -2,21 +2,22 @@
 
 Each prompt is written in the passage's language and asks for output in it (Persian with Persian ی and
 ک); JSON keys stay English so one parser reads every language. Passages, questions and answers travel in
-tags (``<passage>``, ``<question>``, ``<answer>``), which models keep apart from instructions reliably.
+tags (``<passage>``, ``<question>``, ``<answer>``), which models keep apart from instructions reliably, each
+fenced as untrusted data (``composer.llm.prompt.fence``): a passage cannot close its tag or its fence.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from composer.llm.prompt import Localized, PromptLanguage, PromptTemplate
+from composer.llm.prompt import Localized, PromptLanguage, PromptTemplate, defang, fence, fenced
 from composer.synth.passages import Passage
 
 _ONE = "$passages$avoid"
 _CHECK = "$passages\n\n<question>$question</question>\n<answer>$answer</answer>"
 _ASKED = "$passages\n\n<question>$question</question>"
 
-FACTOID: Localized = {
+FACTOID: Localized = fenced({
     "ar": PromptTemplate(
         "أنت تكتب أسئلة لتقييم نظام بحث انطلاقًا من مقطع نصي. اكتب سؤالًا واحدًا عن حقيقة محددة، جوابه "
         "عبارة قصيرة (اسم أو رقم أو تاريخ أو مكان أو مصطلح في بضع كلمات) منقولة حرفيًا من المقطع. يجب أن "
@@ -45,9 +46,9 @@ FACTOID: Localized = {
         'appears in the passage"}',
         _ONE,
     ),
-}
+})
 
-CONCEPTUAL: Localized = {
+CONCEPTUAL: Localized = fenced({
     "ar": PromptTemplate(
         "أنت تكتب أسئلة لتقييم نظام بحث انطلاقًا من مقطع نصي. اكتب سؤالًا مفاهيميًا واحدًا: يسأل لماذا أو "
         "كيف حدث أمر ما، أو ما معنى أمر ما، أو ما العلاقة بين أمرين ورد ذكرهما في المقطع، وجوابه جملة إلى "
@@ -74,9 +75,9 @@ CONCEPTUAL: Localized = {
         '{"question": "...", "answer": "one to three sentences"}',
         _ONE,
     ),
-}
+})
 
-MULTI_HOP: Localized = {
+MULTI_HOP: Localized = fenced({
     "ar": PromptTemplate(
         "أنت تكتب أسئلة لتقييم نظام بحث انطلاقًا من مقطعين مترابطين. اكتب سؤالًا واحدًا لا يمكن الإجابة عنه "
         "إلا بالجمع بين معلومة من المقطع 1 ومعلومة من المقطع 2 (مثلًا: يذكر المقطع 1 شخصًا أو مكانًا، "
@@ -104,9 +105,9 @@ MULTI_HOP: Localized = {
         '{"question": "...", "answer": "the span as it appears in one of the passages"}',
         _ONE,
     ),
-}
+})
 
-UNANSWERABLE: Localized = {
+UNANSWERABLE: Localized = fenced({
     "ar": PromptTemplate(
         "أنت تكتب أسئلة لتقييم قدرة نظام بحث على الامتناع عن الإجابة. اكتب سؤالًا واحدًا قد يطرحه قارئ "
         "مهتم بموضوع المقطع لكن المقطع لا يجيب عنه: يذكر الأشخاص أو الأماكن أو الموضوعات نفسها، ويسأل عن "
@@ -133,9 +134,9 @@ UNANSWERABLE: Localized = {
         'Reply with JSON only: {"question": "..."}',
         _ONE,
     ),
-}
+})
 
-SUPPORTED: Localized = {
+SUPPORTED: Localized = fenced({
     "ar": PromptTemplate(
         "أنت تتحقق من سؤال وجوابه مقابل نص. قرّر هل ينص النص وحده على هذا الجواب عن السؤال أو يدل عليه "
         "دلالة مباشرة: 1 إذا كان كذلك، و0 إذا كان الجواب خاطئًا أو مدعومًا جزئيًا فقط أو يحتاج إلى معرفة من "
@@ -157,9 +158,9 @@ SUPPORTED: Localized = {
         'only: {"supported": 1, "reason": "one short sentence"}',
         _CHECK,
     ),
-}
+}, "question", "answer")
 
-ANSWERED: Localized = {
+ANSWERED: Localized = fenced({
     "ar": PromptTemplate(
         "قرّر هل يجيب النص عن السؤال: 1 إذا كان النص ينص على الجواب أو يدل عليه دلالة مباشرة، و0 إذا لم "
         "يكن كذلك. لا تستخدم معرفتك الخاصة. "
@@ -178,9 +179,9 @@ ANSWERED: Localized = {
         '{"answerable": 0, "reason": "one short sentence"}',
         _ASKED,
     ),
-}
+}, "question")
 
-CLOSED_BOOK: Localized = {
+CLOSED_BOOK: Localized = fenced({
     "ar": PromptTemplate(
         "أجب عن السؤال من معرفتك العامة في كلمات قليلة ودون شرح. إذا كنت لا تعرف الجواب، أو كان السؤال لا "
         "يُجاب عنه دون الرجوع إلى وثيقة بعينها، فاجعل قيمة answer هي null. "
@@ -199,7 +200,7 @@ CLOSED_BOOK: Localized = {
         'null. Reply with JSON only: {"answer": "..."}',
         "<question>$question</question>",
     ),
-}
+}, "question")
 
 GENERATE: dict[str, Localized] = {
     "factoid": FACTOID,
@@ -216,17 +217,19 @@ _ALREADY_ASKED: dict[PromptLanguage, str] = {
 
 
 def passage_block(passages: Sequence[Passage]) -> str:
-    """The passages in tags, numbered when there are several (multi-hop), with their documents' titles."""
+    """The passages in tags, numbered when there are several (multi-hop), with their documents' titles;
+    each text fenced and each title defanged, so neither can close its tag."""
     parts = []
     for i, p in enumerate(passages, 1):
         number = f' id="{i}"' if len(passages) > 1 else ""
-        title = f' title="{p.title.replace(chr(34), chr(39))}"' if p.title else ""
-        parts.append(f"<passage{number}{title}>\n{p.text}\n</passage>")
+        title = f' title="{defang(p.title).replace(chr(34), chr(39))}"' if p.title else ""
+        parts.append(f"<passage{number}{title}>\n{fence(p.text)}\n</passage>")
     return "\n".join(parts)
 
 
 def avoid_block(lang: PromptLanguage, asked: Sequence[str]) -> str:
-    """The questions already written from these passages, so a repeat visit asks something new."""
+    """The questions already written from these passages (fenced: they are model output), so a repeat
+    visit asks something new."""
     if not asked:
         return ""
-    return "\n\n" + _ALREADY_ASKED[lang] + "\n" + "\n".join(f"- {q}" for q in asked)
+    return "\n\n" + _ALREADY_ASKED[lang] + "\n" + fence("\n".join(f"- {q}" for q in asked))

@@ -535,9 +535,10 @@ def test_a_systems_answers_and_a_run_files_answers_are_judged(
         async def answer(self, question: str, contexts: list[str]) -> str:
             return golds[question]
 
-    monkeypatch.setenv("FAKE_KEY", "sk-test-secret")
+    monkeypatch.setenv("COMPOSER_JUDGE_KEY", "sk-test-secret")
     with FakeLLMServer(ScriptedRAG(golds)) as srv:
-        judge = {"model": "openai/judge", "api_base": srv.url, "api_key_env": "FAKE_KEY", "embedding": None}
+        judge = {"model": "openai/judge", "api_base": srv.url, "api_key_env": "COMPOSER_JUDGE_KEY",
+                 "embedding": None}
         report = composer.evaluate(
             System(),
             questions,

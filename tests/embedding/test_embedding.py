@@ -451,6 +451,7 @@ class EmbeddingServer:
 @pytest.fixture()
 def embedding_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[EmbeddingServer]:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("COMPOSER_TEST_EMBED_KEY", "sk-test")  # with api_base, only a named key is sent
     server = EmbeddingServer()
     thread = threading.Thread(target=server.httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
@@ -464,6 +465,7 @@ def test_litellm_embeddings_in_batches(embedding_server: EmbeddingServer) -> Non
         provider="litellm",
         model="openai/fake-embed",
         api_base=embedding_server.url,
+        api_key_env="COMPOSER_TEST_EMBED_KEY",
         query_prefix="query: ",
         batch_size=2,
     )
@@ -514,7 +516,8 @@ def test_litellm_retries_rate_limits_and_server_errors(embedding_server: Embeddi
 def test_litellm_errors_are_clear_and_hide_the_key(embedding_server: EmbeddingServer) -> None:
     embedding_server.failures = [401]
     emb = make_embedder(
-        EmbeddingConfig(provider="litellm", model="openai/fake-embed", api_base=embedding_server.url)
+        EmbeddingConfig(provider="litellm", model="openai/fake-embed", api_base=embedding_server.url,
+                        api_key_env="COMPOSER_TEST_EMBED_KEY")
     )
     with pytest.raises(ComposerError, match="openai/fake-embed") as info:
         emb.encode_passages(["x"])

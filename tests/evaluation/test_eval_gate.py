@@ -29,7 +29,7 @@ QUESTIONS = SAMPLE / "questions.jsonl"
 CORPUS = SAMPLE / "corpus.jsonl"
 GATE_SCRIPT = REPO / "examples" / "ci" / "gate.sh"
 VERDICT_KEYS = {"metric", "weights", "n", "new", "baseline", "difference", "ci95", "margin", "decision",
-                "passed", "reason", "baseline_source"}
+                "passed", "reason", "baseline_source", "notes"}
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +130,9 @@ def test_bad_input_exits_2_naming_the_file(files: dict[str, Path], tmp_path: Pat
     broken.mkdir()
     (broken / "traces.jsonl").write_text('{"question_id": "q1", "metrics": {"ndcg@10": "high"}}\n')
     message = _bad(files, "--baseline", str(broken))
-    assert f"{broken / 'traces.jsonl'} (field 'metrics'): a metric is not a number" in message
-    assert "'ndcg@11' is not scored" in _bad(files, "--baseline", str(files["winner"]), "--metric", "ndcg@11")
+    assert f"{broken / 'traces.jsonl'}:1 (field 'metrics.ndcg@10'): a metric is not a number" in message
+    unscored = _bad(files, "--baseline", str(files["winner"]), "--metric", "context_recall")
+    assert "'context_recall' is not scored" in unscored
     assert "--metric and --margin set the gate" in _bad(files, "--margin", "0.1")
     assert "expected METRIC=WEIGHT" in _bad(files, "--objective", "recall@10=high")
     typo = _bad(files, "--objective", "recal@10=1")

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from composer.cli.app import app
 from composer.data import load_questions
-from composer.judges.labels import load_labels
+from composer.judges.labels import load_labels, plain_cell
 from composer.judges.sheet import LabellingSheet, SheetRow, labelling_sheet
 from composer.study.experiment import load_experiment
 
@@ -88,7 +88,8 @@ def test_the_sheet_spreads_over_trials_and_scores_and_reads_back_as_labels(
         writer.writerows(rows)
     labels = load_labels(filled)
     assert [(lb.id, lb.question, lb.answer, list(lb.contexts), lb.label) for lb in labels] == [
-        (r["id"], r["question"], r["answer"], json.loads(r["contexts"]), int(r["label"])) for r in rows]
+        (r["id"], plain_cell(r["question"]), plain_cell(r["answer"]), json.loads(r["contexts"]),
+         int(r["label"])) for r in rows]  # an ARCD question's "- " is written "'- " (no formula), read back
     checked = CliRunner().invoke(app, ["judges", "check", str(filled), "--judge", "openai/fake",
                                        "--llm-base", url, "--workdir", str(tmp_path / "w"), "--json"])
     assert checked.exit_code == 0, checked.output
@@ -110,6 +111,33 @@ def test_one_trials_sheet_and_the_python_twin_agree(judged_study: tuple[Path, st
     result = CliRunner().invoke(app, ["label", "-e", str(exp_file), "--trial", "7"])
     assert result.exit_code == 2 and result.output.startswith("error:") and result.output.count("\n") == 1
     assert "no trial 7 in study 'graded' (trials: 0-1)" in result.output
+
+
+@pytest.mark.slow
+def test_passages_mlflow_lacks_are_read_from_the_saved_index_or_the_sheet_says_why(
+    judged_study: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    exp_file, _ = judged_study
+    download = MlflowClient.download_artifacts
+
+    def no_chunks(self: MlflowClient, run_id: str, path: str, dst_path: str | None = None) -> str:
+        if path.startswith("chunks/"):  # a study run that holds no texts of its index
+            raise MlflowException(f"no artifact {path}")
+        return download(self, run_id, path, dst_path)
+
+    monkeypatch.setattr(MlflowClient, "download_artifacts", no_chunks)
+    sheet = labelling_sheet(load_experiment(exp_file), trial=1, n=60)
+    assert sheet.missing_contexts == 0 and all(1 <= len(r.contexts) <= 3 for r in sheet.rows)
+
+    monkeypatch.setattr("composer.pipeline.saved.SAVED_DIR", "no-such-folder")  # the index removed too
+    result = CliRunner().invoke(app, ["label", "-e", str(exp_file), "--trial", "1", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "warning: 6 answers lack some of their passages and `composer judges check` refuses" in said
+    assert "rebuild the index" in said and "fill in the contexts column" in said
 
 
 def test_the_page_escapes_every_text_and_sets_each_ones_direction() -> None:

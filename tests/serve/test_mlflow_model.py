@@ -21,7 +21,7 @@ from tiny_models import ARABIC_PIECES, save_tiny_sentence_transformer
 from typer.testing import CliRunner
 
 from composer.cli.app import app
-from composer.errors import InputError
+from composer.errors import ConfigError, InputError
 from composer.study.experiment import load_experiment
 
 SPACE = """
@@ -293,6 +293,11 @@ def test_a_qdrant_server_index_is_referenced_not_copied(
 
     monkeypatch.setattr(workspace, "open_index", the_server)
     monkeypatch.setenv("QDRANT_API_KEY", "key-from-env")
+    monkeypatch.delenv("COMPOSER_ALLOW_ENV", raising=False)
+    with pytest.raises(ConfigError, match="--allow-env QDRANT_API_KEY"):  # the model cannot allow it
+        open_pipeline(model.files)
+    assert opened == []
+    monkeypatch.setenv("COMPOSER_ALLOW_ENV", "QDRANT_API_KEY")
     pipe = open_pipeline(model.files)
     assert opened == [(url, "key-from-env")]
     assert [h.id for h in pipe.search(QUESTION)] == [h.id for h in built.search(QUESTION)]
@@ -359,6 +364,15 @@ def _model_artifacts(tracking: str, uri: str = "models:/qa-model@champion") -> d
     return artifacts
 
 
+def _before_manifests(artifacts: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The artifacts of a model registered before manifests (nothing to verify its files against), so
+    that a test may swap one of them for another."""
+    import composer.serve.model_files as model_files
+
+    monkeypatch.setattr(model_files, "registered_digest", lambda *args: None)
+    return {k: v for k, v in artifacts.items() if k != "manifest"}
+
+
 @pytest.mark.slow
 def test_the_model_carries_its_finished_shard_and_loading_upserts_nothing(
     registered: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
@@ -372,6 +386,7 @@ def test_the_model_carries_its_finished_shard_and_loading_upserts_nothing(
 
     tracking, workdir = registered
     artifacts = _model_artifacts(tracking)
+    assert "manifest" in artifacts
     edge = Path(artifacts["edge"])
     assert sum(f.stat().st_size for f in edge.iterdir()) < 2_000_000
     config = json.loads(Path(artifacts["pipeline"]).read_text("utf-8"))
@@ -387,13 +402,14 @@ def test_the_model_carries_its_finished_shard_and_loading_upserts_nothing(
     pipe = open_pipeline(artifacts)
     assert upserted == [] and [h.id for h in pipe.search(QUESTION)] == expected
     assert not (edge / "shard").exists()  # the pack is copied out, never opened in place
-    old = open_pipeline({k: v for k, v in artifacts.items() if k != "edge"})
+    old = open_pipeline(_before_manifests({k: v for k, v in artifacts.items() if k != "edge"}, monkeypatch))
     assert sum(upserted) == len(old.handle.table) and [h.id for h in old.search(QUESTION)] == expected
 
 
 @pytest.mark.slow
 def test_a_shard_that_does_not_match_the_saved_index_is_rebuilt_from_it(
-    registered: tuple[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+    registered: tuple[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from composer.index.packing import pack_folder, unpack_folder
     from composer.serve.model_files import open_pipeline
@@ -406,7 +422,7 @@ def test_a_shard_that_does_not_match_the_saved_index_is_rebuilt_from_it(
     (tmp_path / "shard" / "meta.json").write_text(json.dumps(meta), "utf-8")
     pack_folder(tmp_path / "shard", tmp_path / "edge")
     healthy = open_pipeline(artifacts)
-    pipe = open_pipeline({**artifacts, "edge": str(tmp_path / "edge")})
+    pipe = open_pipeline({**_before_manifests(artifacts, monkeypatch), "edge": str(tmp_path / "edge")})
     assert "rebuilding it" in caplog.text
     assert [h.id for h in pipe.search(QUESTION)] == [h.id for h in healthy.search(QUESTION)]
 
@@ -434,7 +450,7 @@ def test_a_study_that_left_no_shard_registers_one_built_from_its_saved_index(
 
     expected = [h.id for h in open_pipeline(artifacts).search(QUESTION)]
     monkeypatch.setattr(EdgeBackend, "upsert", refused)
-    pipe = open_pipeline({**artifacts, "edge": str(tmp_path / "edge")})
+    pipe = open_pipeline({**_before_manifests(artifacts, monkeypatch), "edge": str(tmp_path / "edge")})
     assert [h.id for h in pipe.search(QUESTION)] == expected
 
 
@@ -487,3 +503,34 @@ def test_packed_folders_keep_contents_and_holes(tmp_path: Path) -> None:
     assert os.stat(tmp_path / "copy" / "wal" / "open-1").st_blocks * 512 < 2 * BLOCK  # sparse again
     with pytest.raises(FileExistsError):
         unpack_folder(tmp_path / "pack", tmp_path / "copy")
+
+
+@pytest.mark.slow
+def test_the_registry_records_a_digest_of_every_file_and_loading_checks_it(
+    registered: tuple[str, Path], tmp_path: Path
+) -> None:
+    """Registration records the manifest's digest, endpoints and key variables as tags; a registered
+    model's file changed in place is refused at load, naming the file, and so is a rewritten manifest."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    from composer.errors import ComposerError
+    from composer.serve.manifest import DIGEST_TAG, ENDPOINTS_TAG, KEY_ENV_TAG, sha256
+    from composer.serve.model_files import open_pipeline, registered_digest
+
+    tracking, _ = registered
+    mlflow.set_tracking_uri(tracking)  # the registry a load consults, as `composer serve` sets it
+    artifacts = _model_artifacts(tracking)
+    tags = MlflowClient(tracking).get_model_version_by_alias("qa-model", "champion").tags
+    assert tags[DIGEST_TAG] == sha256(Path(artifacts["manifest"]))
+    assert (tags[ENDPOINTS_TAG], tags[KEY_ENV_TAG]) == ("none", "none")
+    assert registered_digest(Path(artifacts["pipeline"]).parent.parent, tracking) == tags[DIGEST_TAG]
+    for name in ("manifest", "index"):
+        path = Path(artifacts[name]) if name == "manifest" else Path(artifacts[name]) / "chunks.json"
+        original = path.read_bytes()
+        try:
+            path.write_bytes(original.replace(b"\xd9", b"\xd8", 1) if name == "index" else original + b" ")
+            with pytest.raises(ComposerError, match="differs"):
+                open_pipeline(artifacts)
+        finally:
+            path.write_bytes(original)

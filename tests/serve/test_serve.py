@@ -152,8 +152,9 @@ BAD = [
                                             "(--max-question-chars)"),
     ("/search", {"question": "q", "k": 0}, 422, "k: 0 is out of range 1..20 (--max-k)"),
     ("/search", {"question": "q", "k": 21}, 422, "k: 21 is out of range 1..20 (--max-k)"),
-    ("/search", {"question": "q", "k": "many"}, 422, "k: Input should be a valid integer, unable to parse "
-                                                     "string as an integer"),
+    ("/search", {"question": "q", "k": "many"}, 422, "k: Input should be a valid integer"),
+    ("/search", {"question": "q", "k": True}, 422, "k: Input should be a valid integer"),  # not k=1
+    ("/search", {"question": "q", "k": 2.0}, 422, "k: Input should be a valid integer"),
     ("/search", {"question": "q", "kk": 3}, 422, "unknown field 'kk'"),
     ("/ask", {}, 422, "question: Field required"),
     ("/ask", {"question": ["a"]}, 422, "question: Input should be a valid string"),
@@ -162,10 +163,31 @@ BAD = [
     ("/ask", _chunked, 413, "request body: more than 8192 bytes (--max-body-bytes)"),
     ("/v1/chat/completions", {"messages": [{"role": "system", "content": "hi"}]}, 422,
      "messages: no user message to answer"),
+    ("/search", b'{"question": "\\udcff"}', 422,
+     "question: invalid text (lone surrogate U+DCFF at character 1)"),
+    ("/ask", b'{"question": "q\\ud800"}', 422,
+     "question: invalid text (lone surrogate U+D800 at character 2)"),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "\\udcff"}]}', 422,
+     "question: invalid text (lone surrogate U+DCFF at character 1)"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "q"}], "n": 2}, 422,
-     "n: Input should be less than or equal to 1"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "q"}], "tools": []}, 422,
-     "unknown field 'tools'"),
+     "n: 2 choices asked; the pipeline gives one answer (n: 1)"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "q"}],
+                              "tools": [{"type": "function", "function": {"name": "f"}}]}, 422,
+     "tools: the pipeline calls no tools; send the question without them"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "q"}], "tool_choice": "required"}, 422,
+     "tool_choice: the pipeline calls no tools ('none' or 'auto' only)"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "q"}], "logprobs": True}, 422,
+     "logprobs: the pipeline's answer carries no token log-probabilities"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "q"}],
+                              "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, 422,
+     "response_format: 'json_schema' is not supported; the answer is plain text (type 'text')"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "q"}], "stream": "yes"}, 422,
+     "stream: Input should be a valid boolean"),
+    ("/v1/chat/completions",
+     {"messages": [{"role": "user", "content": [{"type": "text", "text": {"nested": 1}}]}]},
+     422, "messages.0.content.0.text: Input should be a valid string"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "q"}], "frequency_penalty": "0"}, 422,
+     "frequency_penalty: Input should be a valid number"),
     ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "q"}]}, 422,
      "messages.0.role: Input should be 'system', 'user', 'assistant', 'tool' or 'developer'"),
 ]
@@ -184,6 +206,24 @@ def test_a_bad_request_is_a_4xx_with_a_one_line_reason(
     else:
         r = client.post(path, json=body)
     assert (r.status_code, r.json()) == (status, {"detail": detail})
+
+
+def test_openai_fields_that_leave_the_answer_as_it_is_are_accepted_and_ignored(
+    client: TestClient, pipe: Pipeline
+) -> None:
+    body = {"messages": [{"role": "user", "content": QUESTION}], "n": 1, "temperature": 0, "top_p": 1,
+            "presence_penalty": 0.5, "frequency_penalty": 1, "seed": 3, "user": "u-1", "max_tokens": 50,
+            "max_completion_tokens": 50, "stop": ["\n\n"], "logprobs": False, "top_logprobs": 0,
+            "response_format": {"type": "text"}, "tools": [], "tool_choice": "none"}
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == pipe.ask(QUESTION).text
+
+
+def test_head_health_answers_as_get_does(client: TestClient) -> None:
+    r = client.head("/health")
+    assert (r.status_code, r.content) == (200, b"")
+    assert r.headers["content-type"] == "application/json"
 
 
 def test_the_openai_client_reads_plain_and_streamed_completions(client: TestClient, pipe: Pipeline) -> None:
@@ -340,6 +380,9 @@ def test_the_serve_command_serves_until_stopped(tmp_path: Path) -> None:
         assert "صحفي" in reply["answer"]
         too_many = httpx.post(f"http://127.0.0.1:{port}/search", json={"question": QUESTION, "k": 8})
         assert too_many.json() == {"detail": "k: 8 is out of range 1..7 (--max-k)"}
+        rebound = httpx.get(f"http://127.0.0.1:{port}/health", headers={"Host": "evil.example"})
+        assert rebound.status_code == 421  # a loopback bind answers loopback names only (DNS rebinding)
+        assert httpx.head(f"http://localhost:{port}/health").status_code == 200
     finally:
         server.terminate()
         _, err = server.communicate(timeout=30)

@@ -61,12 +61,12 @@ def test_settings_no_trial_could_run_with_fail_before_the_study_starts(
     experiment: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An unset key variable is one error line, not a failed trial (and Optuna traceback) per trial."""
-    monkeypatch.delenv("UNSET_KEY_VAR", raising=False)
+    monkeypatch.delenv("COMPOSER_UNSET_VAR", raising=False)
     write_experiment(experiment.parent, dims=DIMS, n_questions=40,
-                     llm={"model": "openai/x", "api_key_env": "UNSET_KEY_VAR"}, **FIELDS)
+                     llm={"model": "openai/x", "api_key_env": "COMPOSER_UNSET_VAR"}, **FIELDS)
     result = CliRunner().invoke(app, ["optimize", str(experiment)])
     assert result.exit_code == 2
-    assert result.output == "error: field 'api_key_env': environment variable UNSET_KEY_VAR is not set\n"
+    assert result.output == "error: field 'api_key_env': environment variable COMPOSER_UNSET_VAR is not set\n"
     assert not (experiment.parent / ".composer" / "optuna.db").exists()
 
 

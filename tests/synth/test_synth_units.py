@@ -160,7 +160,7 @@ def test_prompts_exist_for_every_kind_and_language_and_pass_their_material_in_ta
     assert all("ي" not in t.system and "ك" not in t.system for t in (GENERATE[k]["fa"] for k in KINDS))
     pair = (_passage("a", "First."), Passage("b", 0, 7, "Second.", 'The "B"', "en"))
     block = passage_block(pair)
-    assert '<passage id="1">\nFirst.\n</passage>' in block and "title=\"The 'B'\"" in block
+    assert '<passage id="1">\n⟦data⟧\nFirst.\n⟦/data⟧\n</passage>' in block and "title=\"The 'B'\"" in block
     assert avoid_block("fa", []) == "" and "- q1" in avoid_block("fa", ["q1"])
 
 
