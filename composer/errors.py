@@ -4,6 +4,7 @@ that had to stop (the CLI reads ``exit_code``)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,18 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "debug": ("--debug", 'logging.getLogger("composer").setLevel("DEBUG")'),
 }
 """Each option a message may suggest, by role: (the CLI's flag, the Python API's words)."""
+
+
+def causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then the errors it was raised from or while handling, each once: what a library raised
+    over the error that matters (Optuna's ``AssertionError`` over a full disk, an error from a ``finally``
+    over a Ctrl-C) is read through to it."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
 
 
 def option(role: str, value: str | None = None) -> str:

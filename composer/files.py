@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from composer.errors import ComposerError, InputError
+from composer.errors import ComposerError, InputError, causes
 
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 _WRITE_FAULTS = {
@@ -72,16 +72,12 @@ def disk_full_error(exc: BaseException) -> NoSpaceError | None:
     """The full disk (or other file-system limit, see ``write_fault``) behind ``exc``, following the errors
     it was raised from or while handling: Optuna, failing to store a trial's end, raises
     ``AssertionError("Should not reach.")`` over the real error. None when no such limit is behind it."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in causes(exc):
         if isinstance(current, NoSpaceError):
             return current
         named = getattr(current, "filename", None) or "a file (its name was not reported)"
         if (fault := write_fault(current, named)) is not None:
             return fault
-        current = current.__cause__ or current.__context__
     return None
 
 

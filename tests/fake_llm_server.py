@@ -7,7 +7,10 @@ without ever touching a public endpoint. Replies come from a route callable over
 `enqueue` and served before the route. The server counts requests and the most it saw in flight. A
 study's test request before its first trial (``composer.llm.preflight.PING``) goes to the route, never
 to a queued fault, and is counted in `pings`, not in `chat_requests`: queued faults and counts are for
-the calls under test.
+the calls under test. Given a tokenizer (``count_tokens``), the server counts, as a real one does, the
+tokens of every request it read (``prompt_tokens``, ``completion_tokens``): 200s, error statuses with a
+body, malformed bodies and timeouts alike (a 429 reads nothing), and reports them as each reply's
+``usage``, unless the reply says it has none (``Reply.usage``).
 """
 
 from __future__ import annotations
@@ -73,9 +76,12 @@ class Reply:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     chunked: bool = False  # send the body with Transfer-Encoding: chunked (no Content-Length)
+    usage: bool = True  # False: a 200 without "usage", as some local servers send
 
 
 Route = Callable[[ChatRequest], "Reply | str"]
+TokenCount = Callable[[list[dict[str, Any]], "str | None"], tuple[int, int]]
+"""The server's tokenizer: (messages, reply text or None) -> (prompt tokens, completion tokens)."""
 
 
 def rate_limited(retry_after: float | None = 0.05) -> Reply:
@@ -131,8 +137,18 @@ def fake_embedding(text: str, dim: int = 32) -> list[float]:
 class FakeLLMServer:
     """Start with `with FakeLLMServer(route) as server:`; point litellm at `server.url`."""
 
-    def __init__(self, route: Route | None = None, *, latency: float = 0.0, embedding_dim: int = 32) -> None:
+    def __init__(
+        self,
+        route: Route | None = None,
+        *,
+        latency: float = 0.0,
+        embedding_dim: int = 32,
+        count_tokens: TokenCount | None = None,
+    ) -> None:
         self.route: Route = route or (lambda req: "ok")
+        self.count_tokens = count_tokens
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
         self.latency = latency
         self.embedding_dim = embedding_dim
         self.requests = 0
@@ -161,7 +177,7 @@ class FakeLLMServer:
     def reset_counts(self) -> None:
         with self._lock:
             self.requests = self.chat_requests = self.pings = self.embedding_requests = 0
-            self.max_in_flight = 0
+            self.max_in_flight = self.prompt_tokens = self.completion_tokens = 0
             self.received.clear()
             self.statuses.clear()
 
@@ -231,6 +247,22 @@ class FakeLLMServer:
         with self._lock:
             self.statuses.append(status)
 
+    def _read(self, req: ChatRequest, reply: Reply) -> tuple[int, int] | None:
+        """With a tokenizer, the request's tokens as this server counts them, added to its totals (the test
+        request and a 429 are not counted: the first is none of the calls under test, the second read
+        nothing); None without one."""
+        if self.count_tokens is None:
+            return None
+        text = reply.content if reply.raw_body is None else None
+        pt, ct = self.count_tokens(req.messages, text)
+        pt = pt if reply.prompt_tokens is None else reply.prompt_tokens
+        ct = ct if reply.completion_tokens is None else reply.completion_tokens
+        if req.messages != PING and reply.status != 429:
+            with self._lock:
+                self.prompt_tokens += pt
+                self.completion_tokens += ct
+        return pt, ct
+
     def _leave(self) -> None:
         with self._lock:
             self.in_flight -= 1
@@ -283,6 +315,7 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 with server._lock:
                     server.received.append(req)
                 reply = server._next_reply(req)
+                counted = server._read(req, reply)
                 status = reply.status
                 time.sleep(server.latency + reply.delay)
                 server._record(status)
@@ -297,6 +330,8 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                     if reply.completion_tokens is not None
                     else _approx_tokens(reply.content)
                 )
+                if counted is not None:
+                    pt, ct = counted
                 payload = {
                     "id": f"chatcmpl-{server.requests}",
                     "object": "chat.completion",
@@ -311,6 +346,8 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                     ],
                     "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct},
                 }
+                if not reply.usage:
+                    del payload["usage"]
                 self._send(reply.status, payload, reply.headers)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (a timeout test): nothing to answer

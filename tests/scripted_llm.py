@@ -5,15 +5,18 @@ as the real model would be.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from fake_llm_server import ChatRequest, Reply
+from fake_llm_server import ChatRequest, Reply, TokenCount
 
 from composer.generation.prompts import ANSWER_TEMPLATES, REFUSALS
 from composer.llm.preflight import PING
+from composer.llm.pricing import count_text_tokens, count_tokens
 from composer.llm.prompt import prompt_language
 from composer.retrieval.prompts import HYDE, STEP_BACK
 
@@ -105,3 +108,41 @@ class ScriptedRAG:
 
     def count(self, kind: str) -> int:
         return self.seen.count(kind)
+
+
+JUDGE_KINDS = frozenset({"statements", "faithfulness", "correctness", "rating"})
+"""Requests a judge sends."""
+
+
+def unlucky(req: ChatRequest, share: float) -> bool:
+    """Whether ``req`` is among ``share`` of all requests, by a hash of its messages: the same requests
+    every run (a repair request, whose messages differ, draws again)."""
+    text = json.dumps(req.messages, sort_keys=True, ensure_ascii=False).encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") % 1000 < share * 1000
+
+
+@dataclass
+class WeakJudge:
+    """A small local model: ``rag``'s replies, except that about ``share`` of the judge requests get JSON
+    cut off mid-way, as SmolLM2 writes it."""
+
+    rag: ScriptedRAG
+    share: float = 0.6
+    malformed: int = 0
+
+    def __call__(self, req: ChatRequest) -> Reply | str:
+        reply = self.rag(req)
+        if self.rag.seen[-1] in JUDGE_KINDS and unlucky(req, self.share):
+            self.malformed += 1
+            return '{"verdicts": [1, 0, '
+        return reply
+
+
+def tokenizer(model: str) -> TokenCount:
+    """A FakeLLMServer tokenizer that counts as Composer estimates for ``model`` (litellm's counter), so
+    that the server's totals and Composer's can be compared request for request."""
+
+    def count(messages: list[dict[str, Any]], text: str | None) -> tuple[int, int]:
+        return count_tokens(model, messages), count_text_tokens(model, text or "")
+
+    return count

@@ -26,7 +26,7 @@ from composer.cli.serve import serve_command
 from composer.cli.synth import synth_command
 from composer.cli.trials import trials_command
 from composer.cli.ui import ui_command
-from composer.errors import ComposerError
+from composer.errors import ComposerError, causes
 from composer.files import disk_full_error
 
 _INTEGER = re.compile(r"[+-]?\d+")
@@ -52,17 +52,13 @@ def user_error_message(exc: BaseException) -> str | None:
 def too_many_open_files(exc: BaseException) -> str | None:
     """What to do about the open-file limit behind ``exc`` (following the errors it was raised from or
     while handling: SQLAlchemy and alembic wrap it), or None when none is behind it."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in causes(exc):
         if isinstance(current, OSError) and current.errno == errno.ENFILE:
             return "too many open files on this machine (its limit on all processes' open files was reached)"
         if isinstance(current, OSError) and current.errno == errno.EMFILE:
             soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
             limit = "unlimited" if soft == resource.RLIM_INFINITY else str(soft)
             return f"too many open files (the open-file limit is {limit}; raise it with `ulimit -n 1024`)"
-        current = current.__cause__ or current.__context__
     return None
 
 
@@ -122,8 +118,21 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    """``--version``: the installed package's version, then exit 0 before any command runs."""
+    if value:
+        from composer.version import composer_version
+
+        typer.echo(f"composer {composer_version()}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
+    version: bool = typer.Option(
+        False, "--version", "-V", callback=_print_version, is_eager=True, metavar="",
+        help="Print Composer's version and exit.",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show progress messages.", metavar=""),
     debug: bool = typer.Option(
         False, "--debug", help="Show debug messages and the traceback of every failed trial and error.",

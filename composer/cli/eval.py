@@ -313,6 +313,11 @@ def _refuse_all_failed(report: EvaluationReport) -> None:
         first = next(iter(failed.values()))
         raise ComposerError(f"every one of the {len(report)} samples failed; the first: {first.stage}: "
                             f"{first.kind}: {first.message}")
+    rescued = report.meta.get("llm", {}).get("error_rates", {}).get("judge_fallback_samples", 0)
+    if len(report) and rescued == len(report):
+        # Every judged score is the fallback's: no judge verdict at all, whatever the table says.
+        raise ComposerError(f"the judge failed on every one of the {len(report)} samples (each was scored by "
+                            "its deterministic fallback instead): check the judge's model, endpoint and key")
 
 
 def _print_report(report: EvaluationReport, out: Path | None, answers: str | None) -> None:
@@ -431,6 +436,8 @@ def _llm_line(section: dict[str, Any], answers: str | None = None) -> str:
         cost,
         f"{rates['failed_samples']} failed samples",
     ]
+    if rates.get("judge_fallback_samples"):
+        parts.append(f"{rates['judge_fallback_samples']} scored by the judge's fallback (the judge failed)")
     if section.get("llm_judge_rating"):
         parts.append(f"rating {section['llm_judge_rating']}")
     return " · ".join(parts)

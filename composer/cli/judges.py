@@ -15,7 +15,6 @@ from composer.cli.options import WORKDIR, flag
 from composer.errors import InputError
 
 if TYPE_CHECKING:
-    from composer.judges.check import CheckResult
     from composer.judges.labels import Label
 
 judges_app = typer.Typer(
@@ -65,20 +64,30 @@ def check_command(
     as_json: bool = flag("--json", "Print the result as JSON on stdout, nothing else."),
     out: Path | None = typer.Option(None, "--out", help="Write check.json and judged.csv here."),
     experiment: str | None = typer.Option(
-        None, "--experiment", help="Also log the check as a run of this MLflow experiment."
+        None, "--experiment", "-e",
+        help="Experiment YAML: log the check as a run of its MLflow experiment, in its store, and keep the "
+        "agreement in its work dir. (An MLflow experiment name here is deprecated: --mlflow-experiment.)",
+    ),
+    mlflow_experiment: str | None = typer.Option(
+        None, "--mlflow-experiment", help="Also log the check as a run of this MLflow experiment (by name)."
     ),
     tracking_uri: str | None = typer.Option(
-        None, "--tracking-uri", help="MLflow tracking URI (default: sqlite:///<workdir>/mlflow.db)."
+        None, "--tracking-uri", help="MLflow tracking URI (default: the experiment's, else "
+        "sqlite:///<workdir>/mlflow.db)."
     ),
     workdir: Path = WORKDIR,
 ) -> None:
     """Judge the labelled answers (replies cached: a rerun sends nothing) and report the judge's agreement
     with the labels per metric, language and answer length: accuracy, Cohen's kappa (quadratic-weighted
-    for 1-5 ratings), Spearman, 95% bootstrap CIs, confusion matrices and the worst disagreements."""
+    for 1-5 ratings), Spearman, 95% bootstrap CIs, confusion matrices and the worst disagreements; the
+    labels used and those left out, by why; the share of the judge's replies that could be read. Exits 1
+    when most labels of a metric got no verdict of the judge's own (fallbacks, rules or missing): the
+    judge is then not trusted, whatever its agreement on the rest."""
     import json
 
     from composer.judges.check import check, judge_config, log_check
 
+    store, name, workdir = _mlflow_target(experiment, mlflow_experiment, tracking_uri, workdir)
     found = read_labels(labels, questions)
     wanted = [m.strip() for value in metrics for m in value.split(",") if m.strip()]
     config = judge_config(
@@ -91,25 +100,47 @@ def check_command(
     result = check(found, config, workdir=workdir, threshold=threshold, source=str(labels))
     if out is not None:
         result.save(out)
-    if experiment is not None:
-        log_check(result, tracking_uri or f"sqlite:///{workdir.resolve()}/mlflow.db", experiment)
+    if name is not None:
+        log_check(result, store, name)
     if as_json:
         sys.stdout.write(json.dumps(result.to_dict(), ensure_ascii=False) + "\n")
-        return
-    from composer.console import make_console
+    else:
+        from composer.console import make_console
 
-    console = make_console()
-    console.print(result.render())
-    for line in unscored_lines(result):
-        console.print(line, markup=False, highlight=False)
-    usage = result.usage
-    console.print(
-        f"judge calls: {usage.get('llm_calls', 0)} ({usage.get('llm_cached_calls', 0)} cached)",
-        markup=False,
-        highlight=False,
-    )
-    if out is not None:
-        console.print(f"check written to {out}", markup=False, highlight=False)
+        console = make_console()
+        console.print(result.render())
+        usage = result.usage
+        lines = [line for c in result.metrics.values() for line in c.lines()]
+        lines.append(f"judge calls: {usage.get('llm_calls', 0)} ({usage.get('llm_cached_calls', 0)} cached)")
+        if out is not None:
+            lines.append(f"check written to {out}")
+        for line in lines:
+            console.print(line, markup=False, highlight=False)
+    if not result.trusted:
+        raise typer.Exit(1)
+
+
+def _mlflow_target(
+    experiment: str | None, mlflow_experiment: str | None, tracking_uri: str | None, workdir: Path
+) -> tuple[str, str | None, Path]:
+    """(MLflow store, experiment name to log the check in or None, work dir): ``-e`` is an experiment
+    YAML as everywhere else (its store, MLflow experiment and work dir); a value that is no YAML file is
+    the old spelling of ``--mlflow-experiment``, still taken for one release with a warning."""
+    from composer.study.experiment import load_experiment
+
+    if experiment is not None and mlflow_experiment is not None:
+        raise InputError("give --experiment EXPERIMENT.yaml or --mlflow-experiment NAME, not both",
+                         field="mlflow_experiment")
+    if experiment is not None and (Path(experiment).suffix.lower() in (".yaml", ".yml")
+                                   or Path(experiment).is_file()):
+        exp = load_experiment(experiment)
+        return tracking_uri or exp.tracking_uri, exp.mlflow_experiment, exp.work_dir
+    if experiment is not None:
+        typer.echo(f"warning: --experiment {experiment} as an MLflow experiment name is deprecated and goes "
+                   f"in the next release: write --mlflow-experiment {experiment} (-e/--experiment takes an "
+                   "experiment YAML, as in every other command)", err=True)
+        mlflow_experiment = experiment
+    return tracking_uri or f"sqlite:///{workdir.resolve()}/mlflow.db", mlflow_experiment, workdir
 
 
 @judges_app.command("tune")
@@ -207,18 +238,6 @@ def labels_command(
     write_atomic(out, "\n".join(lines) + "\n")
     counts = ", ".join(f"{m} {n}" for m, n in Counter(lb.metric for lb in found).most_common())
     typer.echo(f"{len(found)} labels written to {out} ({counts})")
-
-
-def unscored_lines(result: CheckResult) -> list[str]:
-    """A line per metric with labels the judge left unscored (left out of its agreement), with the first
-    one's reason: the table's n alone would hide them."""
-    lines = []
-    for check in result.metrics.values():
-        left = [j for j in check.judged if j.verdict is None]
-        if left:
-            lines.append(f"warning: {check.metric}: {len(left)} of {len(check.judged)} labels left unscored "
-                         f"and out of the agreement (first: {left[0].label.id}: {left[0].reason})")
-    return lines
 
 
 def label_row(label: Label) -> dict[str, object]:

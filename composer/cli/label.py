@@ -55,7 +55,8 @@ def label_command(
         refused = (" and `composer judges check` refuses such labels" if sheet.metric in PASSAGE_METRICS
                    else "")
         typer.echo(f"warning: {sheet.missing_contexts} answers lack some of their passages{refused}: neither "
-                   f"the study's MLflow run nor the saved index under {exp.work_dir / SAVED_DIR} holds their "
+                   f"the study's MLflow run nor the saved index under {exp.work_dir / SAVED_DIR}"
+                   f"{' nor the Qdrant server' if (exp.qdrant or '').startswith('http') else ''} holds their "
                    "texts (removed since the study?): rebuild the index (`composer eval` with the trial's "
                    "config builds it) and write the sheet again, or fill in the contexts column",
                    err=True)

@@ -33,6 +33,10 @@ def optimize_command(
         None, "--workdir", help="Work dir (caches, indexes, default stores), overriding the experiment's "
         "workdir: (default: .composer beside the experiment file).",
     ),
+    max_questions: int | None = typer.Option(
+        None, "--max-questions", min=1, help="Use only N of the questions (a smoke study), a stratified "
+        "pick, overriding the experiment's max_questions.",
+    ),
     strict: bool = flag("--strict", "Relevant ids missing from the corpus are an error."),
     estimate: bool = flag("--estimate", "Run nothing: print the LLM calls, tokens and dollars the study "
                           "would take, per stage and in all (no request is sent)."),
@@ -56,6 +60,8 @@ def optimize_command(
         exp = exp.model_copy(update={"storage": storage})
     if workdir is not None:
         exp = exp.model_copy(update={"workdir": workdir.resolve()})
+    if max_questions is not None:
+        exp = exp.model_copy(update={"max_questions": max_questions})
     if as_json and not estimate:
         raise InputError("--json prints an estimate: give --estimate too", field="json")
     if estimate:

@@ -75,15 +75,15 @@ def render_report(study: optuna.Study, exp: ExperimentConfig, ui_url: str | None
     runs = _mlflow_runs(exp, study.study_name, base)
     title = f"Composer study {study.study_name}"
     totals = _report.llm_totals(trials)
-    headline = "none" if best is None else f"trial #{best}, composite {float(board.iloc[0]['composite']):.4f}"
     parts = [
         f"<h1>{html.escape(title)}</h1>",
-        f"<p>{len(board)} finished trials; best: {headline}"
+        f"<p>{html.escape(_headline(board, trials))}"
         + f". Objective weights: {html.escape(', '.join(f'{k} {w:.2f}' for k, w in weights.items()))}. "
         + html.escape(_cost_line(totals)) + "</p>",
         _mlflow_line(runs, exp),
         "<h2>Held-out verdict</h2>",
-        _held_out_section(study.user_attrs.get("held_out")),
+        _held_out_section(study.user_attrs.get("held_out"), split=exp.split is not None,
+                          winner=best is not None),
         "<h2>Can the judge be trusted?</h2>",
         _judge_section(study.user_attrs.get("judge_agreement")),
         "<h2>Leaderboard</h2>",
@@ -96,6 +96,8 @@ def render_report(study: optuna.Study, exp: ExperimentConfig, ui_url: str | None
         if key in charts:
             data = base64.b64encode(charts[key]).decode("ascii")
             parts += [f"<h2>{heading}</h2>", f'<img alt="{heading}" src="data:image/png;base64,{data}">']
+        elif key == "param_importances" and charts and (note := _report.importances_note(study)) is not None:
+            parts += [f"<h2>{heading}</h2>", f"<p>{html.escape(note.capitalize())}.</p>"]
     parts.append(f"<h2>The winner's {WORST} worst questions</h2>")
     worst = None if best is None or runs is None else _worst_questions(runs, best, list(weights))
     parts.append(
@@ -109,6 +111,27 @@ def render_report(study: optuna.Study, exp: ExperimentConfig, ui_url: str | None
         + "\n".join(parts)
         + "</body></html>\n"
     )
+
+
+def _headline(board: pd.DataFrame, trials: Sequence[optuna.trial.FrozenTrial]) -> str:
+    """What became of the study's trials and its winner; with none complete, the commonest failure."""
+    from composer.study.leaderboard import failure_causes
+
+    states = board["state"].value_counts()
+    counts = ", ".join(f"{states.get(state, 0)} {word}" for state, word in
+                       (("COMPLETE", "complete"), ("PRUNED", "pruned"), ("FAIL", "failed")))
+    line = f"{len(board)} finished trials ({counts})"
+    if not board.empty and board.iloc[0]["state"] == "COMPLETE":
+        return f"{line}; best: trial #{int(board.iloc[0]['trial'])}, composite " \
+               f"{float(board.iloc[0]['composite']):.4f}"
+    if len(board) and states.get("FAIL", 0) == len(board):
+        line = "its 1 trial failed" if len(board) == 1 else f"all {len(board)} trials failed"
+    causes = failure_causes(trials)
+    if not causes:
+        return f"{line}; no trial completed, so there is no winner"
+    cause, numbers = causes[0]
+    return (f"{line}; no trial completed, so there is no winner. The commonest failure ({len(numbers)} of "
+            f"{sum(len(n) for _, n in causes)}): {cause}")
 
 
 def ui_base(tracking_uri: str, given: str | None) -> str:
@@ -207,13 +230,19 @@ def _usage(trials: list[optuna.trial.FrozenTrial]) -> dict[int, dict[str, float]
             if (record := TrialRecord.of(t)) is not None and record.llm_usage}
 
 
-def _held_out_section(stored: Any) -> str:
+def _held_out_section(stored: Any, *, split: bool, winner: bool) -> str:
     """The held-out re-score of the winner and the runner-up and the verdict on their difference, as
-    ``composer optimize`` prints it; what is missing is said, not left blank. ``stored``: the study's
-    ``held_out`` user attribute."""
+    ``composer optimize`` prints it; what is missing is said, and why, not left blank. ``stored``: the
+    study's ``held_out`` user attribute; ``split``: whether the experiment holds questions out;
+    ``winner``: whether a trial completed."""
     from composer.tracking.summary import HeldOut
 
     held = HeldOut.from_dict(stored)
+    if held is None and not winner:
+        return "<p>No held-out re-score: no trial completed, so there is no winner to re-score.</p>"
+    if held is None and split:
+        return ("<p>No held-out re-score yet: the study re-scores its winner on the held-out questions when "
+                "its trials are done, and it was stopped before.</p>")
     if held is None:
         return ("<p>No held-out re-score: the experiment has no <code>split:</code>, so the winner was only "
                 "scored on the questions that chose it.</p>")

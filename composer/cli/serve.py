@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from composer.cli.options import ALLOW_ENV, ALLOW_MODIFIED, QDRANT
-from composer.errors import ComposerError
+from composer.errors import ComposerError, InputError
 
 if TYPE_CHECKING:
     import uvicorn
@@ -33,7 +33,11 @@ def serve_command(
     port: int = typer.Option(8000, "--port", min=1, max=65535),
     workdir: Path | None = typer.Option(
         None, "--workdir", help="Where caches and Qdrant Edge indexes live (default: .composer beside the "
-        "config)."
+        "config); for a models:/ or runs:/ target, the work dir of the study whose MLflow store holds it."
+    ),
+    experiment: Path | None = typer.Option(
+        None, "--experiment", "-e", help="For a models:/ or runs:/ target: the experiment YAML of the study "
+        "whose MLflow store holds it."
     ),
     qdrant: str | None = QDRANT,
     allow_env: list[str] | None = ALLOW_ENV,
@@ -42,7 +46,8 @@ def serve_command(
         None, "--trace", metavar="EXPERIMENT", help="Record every request as an MLflow trace in EXPERIMENT."
     ),
     tracking_uri: str | None = typer.Option(
-        None, "--tracking-uri", help="MLflow store for --trace and models:/ (default: $MLFLOW_TRACKING_URI)."
+        None, "--tracking-uri", help="MLflow store for --trace and models:/ (default: the store of -e or "
+        "--workdir, else $MLFLOW_TRACKING_URI, else .composer/mlflow.db here; never created to be read)."
     ),
     max_body_bytes: int = typer.Option(64 * 1024, "--max-body-bytes", min=1, help="Largest request body."),
     max_question_chars: int = typer.Option(4000, "--max-question-chars", min=1, help="Longest question."),
@@ -80,6 +85,7 @@ def serve_command(
         if not token:
             raise ComposerError(f"--token-env {token_env}: the environment variable is not set or empty")
     hosts = tuple(allowed_hosts) if allowed_hosts else LOOPBACK_HOSTS if is_loopback(host) else None
+    tracking_uri = model_store(target, tracking_uri, experiment, workdir)
     with _StopOnSignal() as running:
         started = time.perf_counter()
         if tracking_uri is not None:
@@ -104,6 +110,32 @@ def serve_command(
                    f"loaded in {time.perf_counter() - started:.1f} s", err=True)
         running.server = server(app, host, port, Connections(request_timeout, keep_alive, max_connections))
         running.server.run()
+
+
+def model_store(
+    target: str, tracking_uri: str | None, experiment: Path | None, workdir: Path | None
+) -> str | None:
+    """The MLflow store to read a models:/ or runs:/ ``target`` from: ``--tracking-uri``, else the store
+    of the study's experiment or work dir, else MLflow's variables (None: left to them), else the default
+    work dir's here (``.composer/mlflow.db``), never MLflow's own default (``./mlflow.db``, created on
+    reading). A config target keeps ``tracking_uri`` (its --trace store) and takes no -e."""
+    from composer.serve.engine import MODEL_SCHEMES
+    from composer.study.experiment import DEFAULT_WORKDIR, default_tracking_uri, load_experiment
+
+    if not target.startswith(MODEL_SCHEMES):
+        if experiment is not None:
+            raise InputError(f"applies to a models:/ or runs:/ target only (the study whose MLflow store "
+                             f"holds it); {target} is a config", field="experiment")
+        return tracking_uri
+    if tracking_uri is not None:
+        return tracking_uri
+    if experiment is not None:
+        return load_experiment(experiment).tracking_uri
+    if workdir is not None:
+        return default_tracking_uri(workdir)
+    if os.environ.get("MLFLOW_REGISTRY_URI") or os.environ.get("MLFLOW_TRACKING_URI"):
+        return None
+    return default_tracking_uri(DEFAULT_WORKDIR)
 
 
 class _StopOnSignal:

@@ -73,6 +73,10 @@ class Estimate:
         cached: Requests the work dir's LLM cache would answer (not in ``requests``).
         usd: The study's dollars; None when a model has no price (``unpriced`` names it).
         unpriced: Models neither the experiment nor litellm's price map prices.
+        seconds_per_trial: A trial's wall time in its LLM requests, on average: each model's test-request
+            latency times its requests, over its ``max_concurrency``; None when a model is untimed.
+        seconds: The study's, as ``usd`` is summed; None when a model is untimed.
+        untimed: Models whose test request was not answered (or not sent: no key yet).
 
     Example:
         ::
@@ -97,6 +101,9 @@ class Estimate:
     cached: float
     usd: float | None
     unpriced: tuple[str, ...] = ()
+    seconds_per_trial: float | None = None
+    seconds: float | None = None
+    untimed: tuple[str, ...] = ()
 
     @property
     def usd_per_trial(self) -> float | None:
@@ -155,10 +162,13 @@ def estimate(
     judge: Judge | None,
     answers: bool,
     cache_file: Path | None,
+    pace: Mapping[str, float] | None = None,
 ) -> Estimate:
     """Price ``plan``: every configuration's requests for the first ``SAMPLE_QUESTIONS`` questions
     (``passages``: what retrieval would hand each), scaled to the study's trials and questions. A prompt
-    two configurations share is paid once, as the LLM cache has it."""
+    two configurations share is paid once, as the LLM cache has it. ``pace``: seconds a request of each
+    model takes with its concurrency (its latency over ``max_concurrency``), to time the same requests
+    (None: not timed)."""
     sample = list(plan.questions[:SAMPLE_QUESTIONS])
     per_config = [
         list({p.key: p for p in (_price(c) for q in sample
@@ -175,9 +185,14 @@ def estimate(
     held = 0.0 if plan.held_out_done else plan.held_out / max(len(sample), 1)  # sample -> held-out set
     requests = share * len(new) * scale + held * HELD_OUT_CONTENDERS * mean + plan.preflight
     usd = None
-    new_usd, mean_usd = _sum_usd(new), _mean_usd(per_config)
+    new_usd, mean_usd = _sum_usd(new), _mean([_sum_usd(c) for c in per_config])
     if new_usd is not None and mean_usd is not None:
         usd = share * new_usd * scale + held * HELD_OUT_CONTENDERS * mean_usd
+    timed = pace or {}
+    seconds = None
+    new_s, mean_s = _sum_seconds(new, timed), _mean([_sum_seconds(c, timed) for c in per_config])
+    if pace is not None and new_s is not None and mean_s is not None:
+        seconds = share * new_s * scale + held * HELD_OUT_CONTENDERS * mean_s
     ranked = sorted(
         (ConfigCost(params, len(c) * scale, _sum_usd(c, scale))
          for (params, _), c in zip(plan.configs, per_config, strict=True)),
@@ -189,17 +204,17 @@ def estimate(
         ranked[-1] if ranked else None, plan.preflight, round(requests, 1),
         round(share * (len(unique) - len(new)) * scale, 1), usd,
         tuple(sorted({p.model for p in unique if p.usd is None})),
+        None if pace is None or mean_s is None else mean_s * scale, seconds,
+        () if pace is None else tuple(sorted({p.model for p in unique if p.model not in pace})),
     )
 
 
-def _mean_usd(groups: Sequence[Sequence[_Priced]]) -> float | None:
-    """The mean dollars of the groups (a configuration's calls each); None when one has no price."""
-    costs = [_sum_usd(g) for g in groups]
-    if any(c is None for c in costs):
+def _mean(totals: Sequence[float | None]) -> float | None:
+    """The mean of the configurations' totals; None when one has none (a model without a price, or
+    untimed)."""
+    if any(t is None for t in totals):
         return None
-    return fmean(c or 0.0 for c in costs) if costs else 0.0
-
-
+    return fmean(t or 0.0 for t in totals) if totals else 0.0
 
 
 def _price(call: Call) -> _Priced:
@@ -226,8 +241,16 @@ def _cached_keys(cache_file: Path | None, keys: set[str]) -> set[str]:
 
 def _sum_usd(calls: Sequence[_Priced], scale: float = 1.0) -> float | None:
     """The calls' dollars (times ``scale``); None when one of them has no price."""
-    costs = [p.usd for p in calls]
-    return None if any(c is None for c in costs) else scale * sum(c for c in costs if c is not None)
+    return _sum([p.usd for p in calls], scale)
+
+
+def _sum_seconds(calls: Sequence[_Priced], pace: Mapping[str, float]) -> float | None:
+    """The calls' wall seconds at their models' pace; None when one of them is untimed."""
+    return _sum([pace.get(p.model) for p in calls], 1.0)
+
+
+def _sum(values: Sequence[float | None], scale: float) -> float | None:
+    return None if any(v is None for v in values) else scale * sum(v for v in values if v is not None)
 
 
 def _stages(unique: Sequence[_Priced], configs: int, n: int, q: int) -> tuple[StageCost, ...]:

@@ -26,9 +26,10 @@ def render_estimate(est: Estimate) -> RenderableType:
         table.add_row(s.stage, s.model, f"{s.calls_per_question:.2f}", str(s.questions),
                       f"{s.input_tokens:.0f}", f"{s.output_tokens:.0f}", _usd(s.usd_per_trial))
     lines = [
-        f"per trial: {_usd(est.usd_per_trial)} (mean of {est.configurations} configurations)",
+        f"per trial: {_usd(est.usd_per_trial)}{_time(est.seconds_per_trial)} (mean of {est.configurations} "
+        "configurations)",
         f"study: {est.trials} trials to run ({est.finished} done), {est.held_out} held-out questions, "
-        f"{est.preflight} test requests: {est.requests:,.0f} requests, {_usd(est.usd)}"
+        f"{est.preflight} test requests: {est.requests:,.0f} requests, {_usd(est.usd)}{_time(est.seconds)}"
         + (f"; {est.cached:,.0f} more already in the LLM cache" if est.cached else ""),
     ]
     lines += [f"{end}: {_config(c)}" for end, c in (("cheapest", est.cheapest), ("dearest", est.dearest))
@@ -37,6 +38,12 @@ def render_estimate(est: Estimate) -> RenderableType:
         lines.insert(0, "no configuration of the space calls an LLM: the study costs no LLM request")
     if est.unpriced:
         lines.append(f"no price for {', '.join(est.unpriced)}: give llm.price (USD per million tokens)")
+    if est.untimed:
+        lines.append(f"no time for {', '.join(est.untimed)}: its test request was not answered (or its key "
+                     "is not set)")
+    if est.seconds is not None:
+        lines.append("time: each model's test-request latency x its requests / its max_concurrency (LLM "
+                     "requests only; a long reply takes longer than the test's few tokens)")
     return Group(table, *(Text(line) for line in lines))
 
 
@@ -59,6 +66,16 @@ def _off(estimated: float, actual: float) -> str:
 def _config(c: ConfigCost) -> str:
     spent = f"{_usd(c.usd_per_trial)} and {c.requests_per_trial:,.0f} requests a trial"
     return f"{spent}: {config_label(c.params)}"
+
+
+def _time(seconds: float | None) -> str:
+    """", about 1 h 05 min" beside dollars; nothing when the estimate is untimed."""
+    if seconds is None:
+        return ""
+    minutes = round(seconds / 60)
+    if seconds < 60:
+        return f", about {seconds:.0f} s"
+    return f", about {minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f", about {minutes} min"
 
 
 def _usd(value: float | None) -> str:

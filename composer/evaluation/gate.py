@@ -7,8 +7,9 @@ below 0 (significantly worse) or its mean difference is below ``-margin``.
 
 The baseline is an earlier ``composer eval --out`` folder (its traces.jsonl holds every question's
 metrics, its summary.json the objective it was scored with) or a system scored on the same questions. A
-gate never passes what it could not compare: a weighted metric one side did not score, or did not score as
-a finite number in its range, is bad input (exit 2), never a 0 that hands the other side the win.
+gate never passes what it could not compare: a metric of a stated objective that one side did not score,
+or did not score as a finite number in its range, is bad input (exit 2), never a 0 that hands the other
+side the win; the default objective is cut to the metrics both sides scored, with a note.
 """
 
 from __future__ import annotations
@@ -160,10 +161,38 @@ def _reason(difference: float, low: float, high: float, margin: float) -> str:
 
 def run_gate(report: EvaluationReport, source: str, old: Scores, *, metric: str, margin: float) -> GateResult:
     """The verdict on ``report`` (the new system's, on the questions of ``source``) against ``old``: under
-    the objective the report states, else the one the baseline recorded, else the study's default."""
+    the objective the report states, else the one the baseline recorded, else the study's default over
+    the metrics both sides scored (``shared``)."""
     new = Scores.of(report, source)
-    objective = gate_objective(metric, new.objective or old.objective, new.available() | old.available())
+    stated = new.objective or old.objective
+    objective = gate_objective(metric, stated, new.available() | old.available())
+    if metric == COMPOSITE and stated is None:
+        objective = shared(objective, new, old)
     return compare(new, old, objective, metric=metric, margin=margin)
+
+
+def shared(objective: Objective, new: Scores, old: Scores) -> Objective:
+    """The default objective over the metrics both sides scored, with a note naming those left out: a
+    retrieval-only system has no answer metrics, and counting them 0 called a better retriever
+    "significantly worse". A stated objective is never cut (``Scores.require`` refuses it instead); with
+    no weighted metric scored on both sides the gate refuses (exit 2)."""
+    from composer.study.objective import Objective
+
+    both = new.available() & old.available()
+    kept = {key: weight for key, weight in objective.weights.items() if key in both}
+    lacking = {key: "the baseline" if key in new.available() else "the new system"
+               for key in objective.weights if key not in both}
+    if not lacking:
+        return objective
+    named = ", ".join(f"{key} (not scored by {side})" for key, side in lacking.items())
+    if not kept:
+        raise InputError(f"the new system and the baseline share none of the metrics the default objective "
+                         f"weighs: {named}; gate on a metric both score (--metric, --objective)",
+                         field="objective")
+    total = sum(kept.values())
+    note = f"compared on the metrics both sides scored ({', '.join(kept)}); left out: {named}"
+    logger.warning(note)
+    return Objective({k: w / total for k, w in kept.items()}, objective.secondary, (*objective.notes, note))
 
 
 def _means(columns: Mapping[str, npt.NDArray[np.float64]]) -> dict[str, float | None]:
@@ -269,9 +298,14 @@ def check_baseline_file(path: Path) -> None:
 
 
 def objective_of_summary(section: Any, source: str) -> ObjectiveConfig | None:
-    """The objective a report recorded (``{"weights": ...}`` in its summary or meta), if any."""
+    """The objective a report recorded, if any: as stated (``stated``: its metrics and cutoff, before
+    they were resolved against what the report scored, so a gate still sees a metric the report lacks),
+    else its resolved ``weights`` (a summary written before ``stated`` was kept)."""
     if not isinstance(section, Mapping) or not section.get("weights"):
         return None
+    stated = section.get("stated")
+    if isinstance(stated, Mapping) and stated.get("metrics"):
+        return _objective_config(stated, source, "objective.stated")
     return _objective_config({"metrics": section["weights"]}, source, "objective.weights")
 
 
@@ -343,14 +377,15 @@ def _objective_config(data: Mapping[str, Any], source: str | Path, under: str) -
 
 def with_objective(report: EvaluationReport, config: ObjectiveConfig, source: str) -> EvaluationReport:
     """The report with the composite of a stated objective (``summary()["objective"]``): its resolved
-    weights, the value, and where the objective came from."""
+    weights, the value, where the objective came from, and the objective as stated."""
     from composer.study.objective import Objective
 
     means = report.means()
     objective = Objective.resolve(config, set(means))
     value = objective.composite({k: v for k, v in means.items() if k in objective.weights})
     return report.with_meta({"objective": {"weights": dict(objective.weights), "composite": value,
-                                           "source": source}})
+                                           "source": source,
+                                           "stated": {"metrics": dict(config.metrics), "k": config.k}}})
 
 
 def render_gate(result: GateResult) -> Group:

@@ -31,6 +31,7 @@ from composer.judges import (
     JUDGE_METRICS,
     EmbedFn,
     FailureBudget,
+    FailureBudgetExceeded,
     JudgeConfig,
     JudgeSettings,
     LLMJudge,
@@ -39,6 +40,7 @@ from composer.judges import (
     make_judges,
     rating_out_of_5,
 )
+from composer.judges.panel import JUDGE_FALLBACK, JUDGE_FALLBACK_SHARE, Stage
 from composer.llm import LLMClient, LLMConfig, Usage, track_usage
 from composer.metrics.matching import MatchMode, Universe, default_match_mode
 from composer.metrics.refusal import is_refusal
@@ -118,8 +120,12 @@ class Scored:
         return out
 
     def llm_metrics(self) -> dict[str, float]:
-        """``usage_metrics`` plus the judge's rating on its 1-5 scale (``llm_judge_rating_5``)."""
+        """``usage_metrics`` plus the judge's rating on its 1-5 scale (``llm_judge_rating_5``) and, with a
+        judge, the share of samples its deterministic fallback scored (``judge_fallback``)."""
         out = usage_metrics(self.usage)
+        rates = self.report.meta.get(LLM_META, {}).get("error_rates", {})
+        if self.judge is not None and JUDGE_FALLBACK_SHARE in rates:
+            out[JUDGE_FALLBACK] = float(rates[JUDGE_FALLBACK_SHARE])
         rating = self.report.means().get("llm_judge_rating")
         if rating is not None:
             out["llm_judge_rating_5"] = rating_out_of_5(rating)
@@ -195,13 +201,15 @@ def score_pipeline(
     answers: bool = True,
     on_batch: BatchHook | None = None,
     on_stage: StageHook | None = None,
+    on_failure: Callable[[Scored], None] | None = None,
 ) -> Scored:
     """Rank, answer (when ``answers`` or a judge asks), judge and score ``questions`` (the pipeline must be
     indexed), reporting the report so far after every ``batch_size`` questions.
 
     Every LLM call made meanwhile (expansion, reranking, generation, judging) is counted in
     ``Scored.usage``. More failed samples than the judge settings' ``max_failure_share`` of the questions
-    raise FailureBudgetExceeded.
+    raise FailureBudgetExceeded, once their batch is scored: whatever stops the scoring, ``on_failure``
+    gets the scores so far (a failed trial keeps its evidence).
     """
     mode = match or default_match_mode(questions, corpus)
     items = list(questions)
@@ -219,25 +227,16 @@ def score_pipeline(
     with track_usage() as usage:
         progress = _Progress(on_stage, total)
         run = _Batches(pipeline, judging, corpus, ks, mode, universe, budget, usage, progress)
-        for lo in range(0, total, unit):
-            run.score(items[lo : lo + unit], answering)
-            if on_batch is not None:
-                run.report_steps(on_batch, batch_size, total, info)
-    ks_all = tuple(sorted(set(ks)))
-    table = concat_tables(run.tables) if run.tables else SampleTable((), ())
-    report = EvaluationReport(table, ks_all, mode, info)
-    judge_model = judging.model if judging is not None else None
-    if usage.calls:
-        section = _llm_section(report, usage, budget, pipeline.generator_model, judge_model)
-        report = report.with_meta({LLM_META: section})
-    return Scored(
-        report,
-        pipeline.answerer,
-        answers=run.answers,
-        usage=usage,
-        judge=judge_model,
-        seconds=run.seconds,
-    )
+        try:
+            for lo in range(0, total, unit):
+                run.score(items[lo : lo + unit], answering)
+                if on_batch is not None:
+                    run.report_steps(on_batch, batch_size, total, info)
+        except Exception:
+            if on_failure is not None and run.tables:
+                on_failure(run.result(info))
+            raise
+    return run.result(info)
 
 
 @dataclass
@@ -262,6 +261,27 @@ class _Batches:
     """Questions scored so far (the batches' tables hold them in order)."""
     steps: int = 0
     """Pruning steps reported so far."""
+    exceeded: FailureBudgetExceeded | None = None
+    """The failure budget's error, raised once the batch that exceeded it has its table."""
+
+    def result(self, info: dict[str, Any]) -> Scored:
+        """The batches' scores so far, with the LLM section of the report when an LLM was called."""
+        table = concat_tables(self.tables) if self.tables else SampleTable((), ())
+        report = EvaluationReport(table, tuple(sorted(set(self.ks))), self.mode, info)
+        judge_model = self.judging.model if self.judging is not None else None
+        if self.usage.calls:
+            section = _llm_section(report, self.usage, self.budget, self.pipeline.generator_model,
+                                   judge_model)
+            report = report.with_meta({LLM_META: section})
+        return Scored(report, self.pipeline.answerer, answers=self.answers, usage=self.usage,
+                      judge=judge_model, seconds=self.seconds)
+
+    def _spend(self, failed: int, stage: Stage) -> None:
+        """Count ``failed`` samples of ``stage``; the budget's error waits until the batch has its table."""
+        try:
+            self.budget.spend(failed, self.usage, stage)
+        except FailureBudgetExceeded as exc:
+            self.exceeded = exc
 
     def score(self, batch: Sequence[Question], answering: bool) -> None:
         """Rank, answer (when ``answering``) and judge one batch, and add its table of scores."""
@@ -269,9 +289,9 @@ class _Batches:
         answers: dict[str, Answer] | None = None
         judged: dict[str, SampleResult] = {}
         answer_s = judge_s = 0.0
-        if answering:
+        if answering and self.exceeded is None:
             answers, answer_s = self._answer(batch, ranking)
-            if self.judging is not None:
+            if self.judging is not None and self.exceeded is None:
                 judged, judge_s = self._judge(batch, answers, self.judging)
         with _timed(self.seconds, "metrics"):
             given = answers or {}
@@ -293,6 +313,8 @@ class _Batches:
                 _merge_answers(table, batch, answers, answer_s, judged, self.judging, judge_s)
             self.tables.append(table)
         self.scored += len(batch)
+        if self.exceeded is not None:
+            raise self.exceeded
 
     def _rank(
         self, batch: Sequence[Question]
@@ -304,7 +326,7 @@ class _Batches:
         self.seconds["search"] = self.seconds.get("search", 0.0) + self.pipeline.searched - searched
         self.progress.add("retrieved", len(batch))
         failed = dict(self.pipeline.failed)
-        self.budget.spend(len(failed), self.usage)
+        self._spend(len(failed), "retrieval")
         return ranking, latency, failed
 
     def _answer(self, batch: Sequence[Question], ranking: Ranking) -> tuple[dict[str, Answer], float]:
@@ -318,7 +340,7 @@ class _Batches:
         )
         answer_s = (time.perf_counter() - t0) / len(batch)
         self.seconds["answer"] = self.seconds.get("answer", 0.0) + answer_s * len(batch)
-        self.budget.spend(sum(a.failed for a in answers.values()) + len(batch) - len(answers), self.usage)
+        self._spend(sum(a.failed for a in answers.values()) + len(batch) - len(answers), "generation")
         self.answers.update(answers)
         return answers, answer_s
 
@@ -336,7 +358,8 @@ class _Batches:
         )
         judge_s = (time.perf_counter() - t1) / len(batch)
         self.seconds["judge"] = self.seconds.get("judge", 0.0) + judge_s * len(batch)
-        self.budget.spend(sum(s.failed for s in judged.values()), self.usage)
+        self.budget.fallbacks += sum(s.fell_back for s in judged.values())
+        self._spend(sum(s.failed for s in judged.values()), "judge")
         return judged, judge_s
 
     def report_steps(self, on_batch: BatchHook, batch_size: int, total: int, info: dict[str, Any]) -> None:
@@ -447,6 +470,8 @@ def _llm_section(
             "failed_samples": budget.failed,
             "failed_sample_share": budget.failed / len(report) if len(report) else 0.0,
             "allowed_failed_share": budget.max_share,
+            "judge_fallback_samples": budget.fallbacks,
+            JUDGE_FALLBACK_SHARE: budget.fallbacks / len(report) if len(report) else 0.0,
             "failed_samples_by_stage": stages,
         },
     }

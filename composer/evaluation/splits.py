@@ -1,17 +1,83 @@
 """The study's question split, read back from an exported best.yaml: ``eval --split`` and
-``composer.evaluate(split=...)`` score the questions the trials were chosen on, or those held out."""
+``composer.evaluate(split=...)`` score the questions the trials were chosen on, or those held out; and
+the stratified pick of ``max_questions`` that makes a smoke study without a hand-made subset file."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from composer.errors import InputError
+from composer.data.types import QuestionSet
+from composer.errors import ConfigError, InputError
 
 if TYPE_CHECKING:
-    from composer.data.types import QuestionSet
+    from composer.data.types import Question
     from composer.protocols import Split
+    from composer.study.experiment import SplitConfig
+
+
+def split_questions(
+    questions: QuestionSet, split: SplitConfig | None
+) -> tuple[QuestionSet, QuestionSet | None]:
+    """Selection and held-out sets by a seeded hash of each id: the same sets whatever the file's order.
+
+    Both keep the file's order, so batches (and pruning steps) see the same questions in every trial.
+    """
+    if split is None:
+        return questions, None
+    ranked = sorted(questions, key=lambda q: hashlib.sha256(f"{split.seed}:{q.id}".encode()).hexdigest())
+    n_held = round(len(ranked) * split.held_out)
+    if n_held == 0 or n_held == len(ranked):
+        raise ConfigError(
+            f"holding out {split.held_out:.0%} of {len(ranked)} questions leaves a side empty",
+            field="split.held_out",
+        )
+    held = {q.id for q in ranked[:n_held]}
+    return (
+        QuestionSet([q for q in questions if q.id not in held], questions.source),
+        QuestionSet([q for q in questions if q.id in held], questions.source),
+    )
+
+
+def study_questions(
+    questions: QuestionSet, max_questions: int | None, split: SplitConfig | None
+) -> QuestionSet:
+    """The questions a study runs on (before its split): all, or ``max_questions`` of them picked under
+    the split's seed (0 without a split)."""
+    if max_questions is None:
+        return questions
+    return stratified_pick(questions, max_questions, split.seed if split is not None else 0)
+
+
+def stratified_pick(questions: QuestionSet, n: int, seed: int) -> QuestionSet:
+    """``n`` of the questions, each stratum (answerable or not, by language) keeping its share of the set
+    (largest remainders; every stratum at least one while ``n`` allows), picked within a stratum by a
+    seeded hash of each id: the same questions whatever the file's order. The file's order is kept, so
+    batches see them as the whole set would. All of them when ``n`` is not smaller."""
+    if n >= len(questions):
+        return questions
+    strata: dict[tuple[bool, str], list[Question]] = {}
+    for q in questions:
+        strata.setdefault(_stratum(q), []).append(q)
+    exact = {key: n * len(members) / len(questions) for key, members in strata.items()}
+    counts = {key: int(share) for key, share in exact.items()}
+    by_remainder = sorted(strata, key=lambda key: (counts[key] > 0, -(exact[key] - counts[key]), key))
+    for key in by_remainder[: n - sum(counts.values())]:
+        counts[key] += 1
+    picked: set[str] = set()
+    for key, members in strata.items():
+        ranked = sorted(members, key=lambda q: hashlib.sha256(f"{seed}:{q.id}".encode()).hexdigest())
+        picked.update(q.id for q in ranked[: counts[key]])
+    return questions.subset(sorted(picked))
+
+
+def _stratum(q: Question) -> tuple[bool, str]:
+    """Answerable (something to retrieve or answer) or not, and the question's language."""
+    from composer.text import detect_language
+
+    return bool(q.relevant_ids or q.gold_answers), detect_language(q.question)
 
 
 def study_split(questions: QuestionSet, export: Path, split: Split) -> QuestionSet:
@@ -19,7 +85,6 @@ def study_split(questions: QuestionSet, export: Path, split: Split) -> QuestionS
     (``provenance.split``), so that ``eval --config best.yaml --split selection`` gives the trial's
     figures; ``all``: every question."""
     from composer.study.experiment import SplitConfig
-    from composer.study.study import split_questions
     from composer.yamlfile import read_yaml
 
     if split == "all":
@@ -30,13 +95,15 @@ def study_split(questions: QuestionSet, export: Path, split: Split) -> QuestionS
         raise InputError("--split needs the study's split: give the best.yaml `composer export` wrote",
                          path=export, field="provenance.split")
     study = provenance.get("study")
-    if provenance["split"] is None:
+    config = None if provenance["split"] is None else SplitConfig.model_validate(provenance["split"])
+    questions = study_questions(questions, provenance.get("max_questions"), config)
+    if config is None:
         if split == "held_out":
             raise InputError(f"study {study} held no questions out: all were selection questions",
                              path=export, field="provenance.split")
         selection, held = questions, None
     else:
-        selection, held = split_questions(questions, SplitConfig.model_validate(provenance["split"]))
+        selection, held = split_questions(questions, config)
     expected = provenance.get("selection_fingerprint")
     if expected and selection.fingerprint() != expected:
         logging.getLogger("composer").warning(

@@ -31,6 +31,7 @@ from composer.index.base import (
     batched,
     hybrid_queries,
     point_batches,
+    point_id,
     query_rows,
     require_dense,
 )
@@ -112,6 +113,16 @@ class ClientBackend:
 
     def where(self, name: str) -> str:
         return f"{name!r} at {self.location}"
+
+    def texts(self, name: str, chunk_ids: Sequence[str]) -> dict[str, str]:
+        """Chunk id -> text of those of ``chunk_ids`` that collection ``name`` holds: a server's points
+        carry their text (``payload``), what ``composer label`` reads when nothing else has it."""
+        if not chunk_ids or not self.client.collection_exists(name):
+            return {}
+        ids = [point_id(i) for i in chunk_ids]
+        points = self.client.retrieve(name, ids, with_payload=["chunk_id", "text"])
+        return {str(p.payload["chunk_id"]): str(p.payload["text"]) for p in points
+                if p.payload and "chunk_id" in p.payload and "text" in p.payload}
 
     def scan(
         self, name: str, dense: np.ndarray | None, sparse: SparseVector

@@ -8,6 +8,7 @@ per metric, per language and per answer-length tercile (a judge that likes long 
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import json
@@ -20,23 +21,22 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from composer.data.types import Question
-from composer.errors import ComposerError, InputError, config_error
+from composer.errors import InputError, config_error
 from composer.files import write_atomic
-from composer.generation.generator import Answer
 from composer.judges.agreement import bootstrap_agreement, confusion, kappa_of, spearman, terciles
 from composer.judges.config import JudgeConfig
 from composer.judges.labels import Label, Scale, check_passages, csv_cell, scale_of
-from composer.judges.panel import judge_answers
-from composer.judges.trust import judge_key, store_checks
+from composer.judges.trust import distrust, judge_key, parsed_calls, store_checks
 from composer.llm.config import LLMConfig
-from composer.llm.prompt import prompt_language
-from composer.llm.usage import track_usage
+from composer.llm.sync import run_sync
+from composer.llm.usage import Usage, track_usage
 from composer.text import detect_language
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from composer.evaluation.scoring import Judging
+    from composer.judges.base import LLMJudge, Verdict
 
 DEFAULT_THRESHOLD = 0.5
 """A judged score at least this high is a pass, for pass/fail labels."""
@@ -46,7 +46,8 @@ TERCILES = ("short", "medium", "long")
 
 @dataclass(frozen=True)
 class Judged:
-    """One labelled answer with the judge's verdict (None: not scored, ``reason`` says why)."""
+    """One labelled answer with the judge's verdict (None: left out of the agreement, ``left_out`` says
+    why in a few words that group such labels, ``reason`` in full)."""
 
     label: Label
     verdict: int | None
@@ -54,6 +55,7 @@ class Judged:
     reason: str
     lang: str
     length: int = 0
+    left_out: str = ""
 
 
 @dataclass(frozen=True)
@@ -91,19 +93,55 @@ class MetricCheck:
     by_length: dict[str, Agreement]
     judged: list[Judged]
     worst: list[Judged]
+    parsed: tuple[int, int] = (0, 0)
+    """(judge calls whose reply could be read, judge calls that got a reply)."""
 
     @property
     def unscored(self) -> int:
         return sum(1 for j in self.judged if j.verdict is None)
 
+    def left_out(self) -> dict[str, list[Judged]]:
+        """The labels left out of the agreement, by why (most first)."""
+        groups: dict[str, list[Judged]] = {}
+        for j in self.judged:
+            if j.verdict is None:
+                groups.setdefault(j.left_out, []).append(j)
+        return dict(sorted(groups.items(), key=lambda item: -len(item[1])))
+
+    @property
+    def untrusted(self) -> str | None:
+        """Why this check cannot vouch for the judge (``trust.distrust``), None when it can."""
+        return distrust(len(self.judged), self.unscored)
+
+    def lines(self) -> list[str]:
+        """What the table's n hides: the labels used, those left out by why (with the first of each),
+        the share of replies read, and whether the agreement may be read as trust."""
+        used = len(self.judged) - self.unscored
+        head = f"{self.metric}: {used} of {len(self.judged)} labels used"
+        groups = [f"{len(js)} {why} (first: {js[0].label.id}: {_short(js[0].reason, 80)})"
+                  for why, js in self.left_out().items()]
+        out = [head + (f"; left out: {'; '.join(groups)}" if groups else "")]
+        parsed, replies = self.parsed
+        share = f"{parsed / replies:.0%}" if replies else "no reply"
+        out.append(f"{self.metric}: judge replies read: {parsed} of {replies} calls ({share})")
+        if self.untrusted is not None:
+            out.append(f"{self.metric}: NOT TRUSTED: {self.untrusted}")
+        return out
+
     def to_dict(self) -> dict[str, Any]:
+        parsed, replies = self.parsed
         return {
             "metric": self.metric,
             "scale": self.scale,
             "categories": list(CATEGORIES[self.scale]),
             "judge_key": self.key,
             **self.overall.to_dict(),
+            "labels_total": len(self.judged),
             "unscored": self.unscored,
+            "left_out": {why: {"count": len(js), "ids": [j.label.id for j in js]}
+                         for why, js in self.left_out().items()},
+            "replies_read": parsed, "replies": replies,
+            "trusted": self.untrusted is None, "untrusted": self.untrusted,
             "by_language": {k: v.to_dict() for k, v in self.by_language.items()},
             "by_length": {k: v.to_dict() for k, v in self.by_length.items()},
             "worst": [_row(j) for j in self.worst],
@@ -129,18 +167,24 @@ class CheckResult:
             "usage": self.usage,
         }
 
+    @property
+    def trusted(self) -> bool:
+        """Whether every metric's check can vouch for the judge (``judges check`` exits 1 otherwise)."""
+        return all(c.untrusted is None for c in self.metrics.values())
+
     def records(self) -> dict[str, dict[str, Any]]:
         """What ``composer.judges.trust`` stores per judge key: the headline figures, not the answers."""
         out: dict[str, dict[str, Any]] = {}
         for check in self.metrics.values():
-            overall = check.overall.to_dict()
+            summary = check.to_dict()
             out[check.key] = {
                 "judge": self.judge,
                 "metric": check.metric,
                 "scale": check.scale,
                 "labels": self.labels,
                 "created": self.created,
-                **{k: overall[k] for k in ("n", "accuracy", "kappa", "spearman", "ci")},
+                **{k: summary[k] for k in ("n", "accuracy", "kappa", "spearman", "ci", "labels_total",
+                                           "trusted", "untrusted")},
             }
         return out
 
@@ -169,6 +213,7 @@ class CheckResult:
             table.add_column(name, justify="left" if name in ("metric", "group") else "right")
         for check in self.metrics.values():
             kind = "weighted kappa" if check.scale == "ordinal" else "kappa"
+            kind += ", NOT TRUSTED" if check.untrusted is not None else ""
             groups = [
                 (f"all ({kind})", check.overall),
                 *((f"lang {k}", v) for k, v in check.by_language.items()),
@@ -213,8 +258,10 @@ def check(
 ) -> CheckResult:
     """Judge every labelled answer with ``judge`` (over the generator settings ``llm``) and measure
     agreement per metric in ``judge.metrics`` that has labels (labels of a metric judged against passages
-    need their passages: ``check_passages``). The result is stored for ``latest_check`` unless ``store``
-    is false."""
+    need their passages: ``check_passages``). Only the judge's own verdicts count: the others are left
+    out, by why (``MetricCheck.left_out``), and most of them left out makes the check refuse to vouch for
+    the judge (``CheckResult.trusted``). The result is stored for ``latest_check`` unless ``store`` is
+    false."""
     from composer.evaluation.scoring import make_judging
 
     if not 0 < threshold <= 1:
@@ -234,10 +281,8 @@ def check(
             m: _check_metric(judging, [lb for lb in labels if lb.metric == m], m, threshold, worst)
             for m in metrics
         }
-    name = judging.model
-    result = CheckResult(
-        name, source or (labels[0].source if labels else "<labels>"), checks, usage.to_dict()
-    )
+    result = CheckResult(judging.model, source or (labels[0].source if labels else "<labels>"), checks,
+                         usage.to_dict())
     if store:
         store_checks(workdir, result.records())
     return result
@@ -246,33 +291,20 @@ def check(
 def _check_metric(
     judging: Judging, labels: list[Label], metric: str, threshold: float, worst: int
 ) -> MetricCheck:
-    questions = [Question(lb.id, lb.question, reference_answer=lb.reference_answer) for lb in labels]
-    answers = {lb.id: Answer(lb.answer, prompt_language(lb.question), None, lb.contexts) for lb in labels}
-    results = judge_answers(questions, answers, {metric: judging.judges[metric]})
     scale = scale_of(labels, metric)
     judged: list[Judged] = []
-    for lb in labels:
-        sample = results.get(lb.id)
-        if sample is None or sample.failed:  # a fallback's score is not the judge's verdict
-            why = "; ".join(sample.failures) if sample is not None else "not judged"
-            judged.append(Judged(lb, None, None, why, detect_language(lb.question), len(lb.answer.split())))
+    calls = Usage()
+    for lb, (outcome, used) in zip(labels, _judge_labels(judging.judges[metric], labels), strict=True):
+        calls.calls += used.calls
+        calls.failed_calls.update(used.failed_calls)
+        lang, length = detect_language(lb.question), len(lb.answer.split())
+        score, reason = outcome.score.score, outcome.score.reason
+        why = _left_out(outcome, used)
+        if why:  # a fallback's or a rule's score is not the judge's verdict
+            judged.append(Judged(lb, None, None, reason, lang, length, why))
             continue
-        score = sample.metrics.get(metric)
-        rating = sample.details.get(metric, {}).get("rating")
-        judged.append(
-            Judged(
-                lb,
-                verdict(score, scale, threshold, rating),
-                score,
-                sample.reasons.get(metric, ""),
-                detect_language(lb.question),
-                len(lb.answer.split()),
-            )
-        )
-    if not any(j.verdict is not None for j in judged):
-        raise ComposerError(
-            f"the judge scored none of the {len(judged)} {metric} labels; the first: {judged[0].reason}"
-        )
+        rating = outcome.details.get("rating")
+        judged.append(Judged(lb, verdict(score, scale, threshold, rating), score, reason, lang, length))
     cats = CATEGORIES[scale]
     scored = [j for j in judged if j.verdict is not None]
     lengths = terciles([j.length for j in scored])
@@ -289,17 +321,39 @@ def _check_metric(
         (j for j in scored if j.verdict != j.label.label),
         key=lambda j: -abs(j.label.label - (j.verdict or 0)) / span,
     )
-    config = judging.client.config
-    return MetricCheck(
-        metric,
-        scale,
-        judge_key(config, judging.settings, metric),
-        agreement(scored, cats),
-        by_language,
-        by_length,
-        judged,
-        ranked[:worst],
-    )
+    key = judge_key(judging.client.config, judging.settings, metric)
+    return MetricCheck(metric, scale, key, agreement(scored, cats), by_language, by_length, judged,
+                       ranked[:worst], parsed_calls(calls))
+
+
+def _judge_labels(judge: LLMJudge, labels: Sequence[Label]) -> list[tuple[Verdict, Usage]]:
+    """Each label's answer judged as a study judges it (``LLMJudge.ajudge``, all at once), with the
+    calls it took: a verdict reached without one came from a rule, not from the judge."""
+
+    async def one(lb: Label) -> tuple[Verdict, Usage]:
+        question = Question(lb.id, lb.question, reference_answer=lb.reference_answer)
+        with track_usage() as used:  # a task's own scope: its calls only
+            outcome = await judge.ajudge(question, lb.answer, lb.contexts, None)
+        return outcome, used
+
+    async def every() -> list[tuple[Verdict, Usage]]:
+        return list(await asyncio.gather(*(one(lb) for lb in labels)))
+
+    return run_sync(every())
+
+
+def _left_out(outcome: Verdict, used: Usage) -> str:
+    """Why a judged label cannot count towards the judge's agreement, in words that group such labels
+    ("" when it counts): the judge failed (its fallback's score is no verdict), no call was made (a rule
+    scored it), or it was left unscored."""
+    if outcome.failed:
+        kinds = ", ".join(kind for kind, _ in used.failed_calls.most_common()) or "other"
+        return f"the judge failed ({kinds})"
+    if outcome.score.score is None:
+        return f"not scored ({outcome.score.reason})"
+    if used.calls == 0:
+        return f"scored by a rule without asking the judge ({outcome.score.reason})"
+    return ""
 
 
 def verdict(score: float | None, scale: Scale, threshold: float, rating: float | None = None) -> int | None:
@@ -409,7 +463,8 @@ def log_check(result: CheckResult, tracking_uri: str, experiment: str) -> str:
 def _row(j: Judged | None) -> dict[str, Any]:
     if j is None:
         return dict.fromkeys(
-            ("id", "metric", "lang", "question", "answer", "label", "verdict", "score", "reason", "rationale")
+            ("id", "metric", "lang", "question", "answer", "label", "verdict", "score", "reason", "left_out",
+             "rationale")
         )
     lb = j.label
     return {
@@ -422,6 +477,7 @@ def _row(j: Judged | None) -> dict[str, Any]:
         "verdict": j.verdict,
         "score": j.score,
         "reason": j.reason,
+        "left_out": j.left_out,
         "rationale": lb.rationale,
     }
 

@@ -1,17 +1,21 @@
 """Judge answers: every configured LLM judge grades each answer against the passages it was given.
 
 The judges only judge: answers come from ``Pipeline.answer``, each carrying its contexts. A failed sample
-(a judge gave up after its retries, with no fallback) never fails a run by itself: ``FailureBudget`` counts
-failed samples, generation's and the judges', and fails the run once they exceed ``max_failure_share``.
+(a judge gave up after its retries, with no fallback to score it) never fails a run by itself:
+``FailureBudget`` counts failed samples by stage (retrieval, generation, the judges), and fails the run
+once they exceed ``max_failure_share``. A sample the deterministic fallback scored is no failure: it is
+counted apart, as a judge fallback (``judge_fallback``, a share of the samples).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -86,32 +90,72 @@ class JudgeSettings(BaseModel):
 
 @dataclass
 class SampleResult:
-    """One question's judged metrics (None = not scored), the judges' reasons, failures and details."""
+    """One question's judged metrics (None = not scored), the judges' reasons, failures, the judges whose
+    deterministic fallback scored it (``fallbacks``: scored, not failed) and details."""
 
     question_id: str
     lang: str
     metrics: dict[str, float | None] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    fallbacks: list[str] = field(default_factory=list)
     details: dict[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
         return bool(self.failures)
 
+    @property
+    def fell_back(self) -> bool:
+        """Scored, but by a fallback where a judge failed: counted as ``judge_fallback``, not as failed."""
+        return bool(self.fallbacks) and not self.failures
+
+
+JUDGE_FALLBACK = "judge_fallback"
+"""Trial metric: the share of samples a judge's deterministic fallback scored (the judge failed on them)."""
+JUDGE_FALLBACK_SHARE = "judge_fallback_share"
+"""Its key in error_rates.json, next to ``judge_fallback_samples``."""
+
+Stage = Literal["retrieval", "generation", "judge"]
+STAGE_FAILURES: dict[Stage, str] = {
+    "retrieval": "retrieval failed on {n} of {total} questions",
+    "generation": "{n} of {total} answers failed to generate",
+    "judge": "the judge failed on {n} of {total} samples",
+}
+"""What a failed sample of each stage is called in the budget's message, so that the user knows where
+to look (the generator's endpoint, or the judge's)."""
+
 
 class FailureBudgetExceeded(ComposerError):
-    """More samples failed than the run allows: a study marks the trial failed with this message."""
+    """More samples failed than the run allows: a study marks the trial failed with this message, which
+    says at which stage they failed (``by_stage``)."""
 
-    def __init__(self, failed: int, total: int, budget: float, usage: Usage) -> None:
+    def __init__(
+        self, failed: int, total: int, budget: float, usage: Usage,
+        by_stage: Mapping[Stage, int] | None = None,
+    ) -> None:
         self.failed = failed
         self.total = total
         self.budget = budget
+        self.by_stage = dict(by_stage or {})
         kinds = ", ".join(f"{k} {n}" for k, n in usage.failed_calls.most_common()) or "none"
-        super().__init__(
-            f"{failed} of {total} samples failed, above the allowed share of {budget:.0%} "
-            f"(failed LLM calls by kind: {kinds})"
+        which = "; ".join(
+            STAGE_FAILURES[stage].format(n=n, total=total) for stage, n in self.by_stage.items() if n
         )
+        super().__init__(
+            f"{failed} of {total} samples failed, above the allowed share of {budget:.0%}"
+            + (f": {which}" if which else "")
+            + f" (failed LLM calls by kind: {kinds})"
+        )
+
+    @staticmethod
+    def stages_in(message: str) -> list[Stage]:
+        """The stages a budget message (the error a failed trial keeps) names, in ``STAGE_FAILURES``
+        order: trials that failed at different stages are different causes."""
+        number = re.escape("{n}"), re.escape("{total}")
+        patterns = {s: re.escape(t).replace(number[0], r"\d+").replace(number[1], r"\d+")
+                    for s, t in STAGE_FAILURES.items()}
+        return [s for s, pattern in patterns.items() if re.search(pattern, message)]
 
 
 def allowed_failures(total: int, max_share: float) -> int:
@@ -120,27 +164,35 @@ def allowed_failures(total: int, max_share: float) -> int:
 
 
 class FailureBudget:
-    """How many samples of a run may fail (generation or a judge gave up) before the run fails.
+    """How many samples of a run may fail (retrieval, generation or a judge gave up) before the run fails.
 
     Counted over the whole run, not per batch: the run fails as soon as its failures exceed
-    ``max_share`` of all its questions, which is exactly when the final share would.
+    ``max_share`` of all its questions, which is exactly when the final share would; a first batch
+    whose failures alone exceed it stops the run there (its pending calls are cancelled at the failure
+    over the budget). Failures are counted by stage, and samples a fallback scored apart (``fallbacks``).
     """
 
     def __init__(self, total: int, max_share: float) -> None:
         self.total = total
         self.max_share = max_share
         self.allowed = allowed_failures(total, max_share)
-        self.failed = 0
+        self.by_stage: Counter[Stage] = Counter()
+        self.fallbacks = 0
+        """Samples scored by a judge's deterministic fallback: no failures, but no judge's verdict."""
+
+    @property
+    def failed(self) -> int:
+        return sum(self.by_stage.values())
 
     @property
     def remaining(self) -> int:
         return self.allowed - self.failed
 
-    def spend(self, failed: int, usage: Usage) -> None:
-        """Count ``failed`` more samples; raise FailureBudgetExceeded once over the budget."""
-        self.failed += failed
+    def spend(self, failed: int, usage: Usage, stage: Stage) -> None:
+        """Count ``failed`` more samples of ``stage``; raise FailureBudgetExceeded once over the budget."""
+        self.by_stage[stage] += failed
         if self.failed > self.allowed:
-            raise FailureBudgetExceeded(self.failed, self.total, self.max_share, usage)
+            raise FailureBudgetExceeded(self.failed, self.total, self.max_share, usage, self.by_stage)
 
 
 def require_llm(metrics: Sequence[str], llm: object | None, judge: object | None = None) -> None:
@@ -212,8 +264,10 @@ async def ajudge_answers(
             result.reasons[name] = verdict.score.reason
             if verdict.details:
                 result.details[name] = verdict.details
-            if verdict.failed:
+            if verdict.failed and verdict.score.score is None:
                 result.failures.append(f"{name}: {verdict.score.reason}")
+            elif verdict.failed:  # scored by the judge's fallback
+                result.fallbacks.append(f"{name}: {verdict.score.reason}")
             if name == "faithfulness" and "grounded" in verdict.details and not verdict.failed:
                 result.metrics["grounded"] = float(bool(verdict.details["grounded"]))
         if on_judged is not None:

@@ -180,7 +180,7 @@ def labelling_sheet(
     tables = _answer_tables(client, name, _trials(board, runs, name, trial), runs, trial)
     rows = _pick(_candidates(tables, chosen, limits), n, random.Random(seed))
     texts = _chunk_texts(client, parent, {keys[r.trial] for r in rows if r.trial in keys}, rows,
-                         exp.work_dir / SAVED_DIR)
+                         exp.work_dir / SAVED_DIR, exp.qdrant)
     return _sheet(name, chosen, rows, texts, keys, str(found.experiment_id), runs)
 
 
@@ -299,10 +299,11 @@ def _pick(candidates: Sequence[_Candidate], n: int, rng: random.Random) -> list[
 
 
 def _chunk_texts(client: MlflowClient, parent: str | None, keys: Iterable[str],
-                 rows: Sequence[_Candidate], saved: Path) -> dict[str, dict[str, str]]:
-    """Index key -> chunk id -> text of the passages the rows were given: from the study run's
-    ``chunks/<key>.jsonl`` (read a line at a time: an index's may be a gigabyte), else from the index
-    saved in the work dir (``saved/<key>/chunks.json``), which holds the same chunks."""
+                 rows: Sequence[_Candidate], saved: Path, qdrant: str | None) -> dict[str, dict[str, str]]:
+    """Index key -> chunk id -> text of the passages the rows were given, whichever study built the
+    index: from the study run's ``chunks/<key>.jsonl`` (read a line at a time: an index's may be a
+    gigabyte), else from the index saved in the work dir (``saved/<key>/chunks.json``, beside the Qdrant
+    Edge shard, which holds no text), else from the points of the ``qdrant`` server's collection."""
     from mlflow.exceptions import MlflowException
 
     wanted = {i for r in rows for i in r.retrieved}
@@ -314,8 +315,10 @@ def _chunk_texts(client: MlflowClient, parent: str | None, keys: Iterable[str],
                 if parent is None:
                     raise MlflowException("the study has no MLflow run")
                 path = Path(client.download_artifacts(parent, f"chunks/{key}.jsonl", tmp))
-            except (MlflowException, OSError):  # not logged: read the saved index instead
-                texts[key] = _saved_texts(saved, key, wanted)
+            except (MlflowException, OSError):  # not logged: read the index instead
+                found = _saved_texts(saved, key, wanted)
+                missing = sorted(wanted - set(found))
+                texts[key] = {**_server_texts(qdrant, saved.parent, key, missing), **found}
                 continue
             with path.open(encoding="utf-8") as lines:
                 for line in lines:
@@ -324,6 +327,26 @@ def _chunk_texts(client: MlflowClient, parent: str | None, keys: Iterable[str],
                         found[chunk["id"]] = str(chunk["text"])
         texts[key] = found
     return texts
+
+
+def _server_texts(qdrant: str | None, workdir: Path, key: str, wanted: Sequence[str]) -> dict[str, str]:
+    """Chunk id -> text of the ``wanted`` chunks that index ``key`` holds on a Qdrant server (none for
+    Qdrant Edge, whose shard keeps no text, or a server that cannot be reached: the sheet says which
+    answers lack passages)."""
+    from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+    from composer.index import open_index
+    from composer.index.client import ClientBackend
+
+    if not wanted or qdrant is None or not qdrant.startswith(("http://", "https://")):
+        return {}
+    backend = open_index(qdrant, workdir)
+    try:
+        return backend.texts(key, wanted) if isinstance(backend, ClientBackend) else {}
+    except (ResponseHandlingException, UnexpectedResponse, OSError):
+        return {}
+    finally:
+        backend.close()
 
 
 def _saved_texts(saved: Path, key: str, wanted: set[str]) -> dict[str, str]:

@@ -21,6 +21,7 @@ from composer.judges.config import MIN_KAPPA, JudgeConfig
 from composer.judges.panel import JudgeSettings
 from composer.judges.prompts import METRIC_PROMPTS
 from composer.llm.config import LLMConfig
+from composer.llm.usage import Usage
 from composer.locks import FileLock
 from composer.redact import scrub_url
 from composer.tracking.summary import JudgeAgreement
@@ -46,6 +47,25 @@ def judge_key(llm: LLMConfig, settings: JudgeSettings, metric: str) -> str:
     }
     text = json.dumps(payload, ensure_ascii=False, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def distrust(labels: int, left_out: int) -> str | None:
+    """Why a check cannot vouch for its judge, None when it can: when most of the labels got no verdict
+    of the judge's own (it failed and a fallback scored them, a rule scored them without a call, or they
+    were left unscored), its agreement is measured on the few it did judge, and says nothing of the rest
+    (12 labels, 8 unparseable replies: "accuracy 1.00" on the 4 left)."""
+    if left_out * 2 <= labels:
+        return None
+    return (f"{left_out} of {labels} labels got no verdict of the judge's own (fallbacks, rules or "
+            "missing): its agreement on the rest is no evidence that it can be trusted")
+
+
+def parsed_calls(usage: Usage) -> tuple[int, int]:
+    """(judge calls whose reply could be read, judge calls that got a reply at all): a reply unreadable
+    even after the client's repair request is a ``bad_response``; a cached reply was read when stored."""
+    lost = sum(n for kind, n in usage.failed_calls.items() if kind != "bad_response")
+    replies = usage.calls - lost
+    return replies - usage.failed_calls["bad_response"], replies
 
 
 def checks_path(workdir: str | Path) -> Path:

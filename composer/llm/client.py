@@ -10,7 +10,8 @@
   max_tokens cannot fill the memory;
 - a SQLite cache keyed by (model, endpoint, messages, sampling parameters): reruns cost nothing; a cached
   row is checked as a live reply is, and a bad one dropped and asked again;
-- tokens, cost and failures by kind, on the client and on every active ``track_usage`` scope.
+- tokens, cost and failures by kind, on the client and on every active ``track_usage`` scope: the tokens
+  of every request the provider read, failed, retried and unusable ones too (``LLMClient._tokens``).
 A call never raises for a provider failure: it returns a Result with ``error_kind`` set, so one bad
 sample cannot fail a trial.
 """
@@ -36,15 +37,17 @@ from composer.llm.faults import (
     ReplyTooLarge,
     UnusableReply,
     classify,
+    reached_provider,
     register_secret,
     retry_after,
     scrub,
     unusable,
 )
+from composer.llm.pricing import count_text_tokens, count_tokens, request_cost
 from composer.llm.prompt import PromptLanguage, prompt_language
 from composer.llm.sdk import load_litellm
 from composer.llm.sync import run_sync
-from composer.llm.usage import FailureKind, Usage, active_trackers
+from composer.llm.usage import FailureKind, Usage, active_trackers, sending
 from composer.secrets import NO_KEY
 
 Message = Mapping[str, Any]
@@ -206,15 +209,21 @@ class LLMClient:
         request, repairing = messages, False
         while True:
             attempt += 1
+            response: Any = None
+            text: str | None = None
             try:
                 async with self._semaphore():
                     await self._wait_cooldown()  # inside: calls queued on the semaphore must wait too
-                    response = await asyncio.wait_for(self._request(request, params), cfg.timeout + 5.0)
-                text, prompt_tokens, completion_tokens = _reply(response)
+                    with sending(self._usages()):
+                        response = await asyncio.wait_for(self._request(request, params), cfg.timeout + 5.0)
+                text = _reply(response)
                 _check_text(text, messages, params, validate)
             except Exception as exc:
                 kind = classify(exc)
-                self._record_failed_attempt(kind)
+                if response is not None or reached_provider(exc, kind):
+                    self._record_failed_attempt(kind, *self._tokens(request, response, text))
+                else:
+                    self._record_failed_attempt(kind)
                 bad = unusable(exc)
                 if kind not in RETRYABLE or attempt > cfg.max_retries or (bad is not None and repairing):
                     return Result(None, kind, _describe(bad or exc), attempts=attempt)
@@ -223,8 +232,9 @@ class LLMClient:
                     continue
                 await asyncio.sleep(self._delay(kind, attempt, exc))
                 continue
-            cost = self._cost(response, prompt_tokens, completion_tokens)
-            self._record_request(prompt_tokens, completion_tokens, cost)
+            prompt_tokens, completion_tokens, cost, estimated = self._tokens(request, response, text)
+            for u in self._usages():
+                u.record_request(prompt_tokens, completion_tokens, cost, estimated=estimated)
             if repairing:
                 for u in self._usages():
                     u.record_repaired()
@@ -280,43 +290,54 @@ class LLMClient:
         while (pause := self._cooldown_until - time.monotonic()) > 0:
             await asyncio.sleep(pause)
 
-    def _cost(self, response: Any, prompt_tokens: int, completion_tokens: int) -> float | None:
-        """The configured price, else the cost litellm computed from its price table; None if unknown."""
-        price = self.config.token_price()
-        if price is not None:
-            return price.cost(prompt_tokens, completion_tokens)
+    def _tokens(
+        self, request: Messages, response: Any, text: str | None
+    ) -> tuple[int, int, float | None, bool]:
+        """Prompt and completion tokens of a request the provider read, its cost, and whether the tokens
+        were estimated: the reply's ``usage`` where it has one; else the request counted with the model's
+        tokenizer (``count_tokens``) and the reply text, if any came, with ``count_text_tokens``, so that
+        failed, retried and unparseable requests count too. Cost: the configured price, else litellm's
+        (from the reply, or from its price map for estimated tokens); None where neither knows the model."""
+        usage = getattr(response, "usage", None)
+        prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
+        estimated = not prompt_tokens
+        if estimated:
+            model = self.config.model
+            prompt_tokens = count_tokens(model, request)
+            completion_tokens = count_text_tokens(model, text or "")
         hidden = getattr(response, "_hidden_params", None) or {}
-        cost = hidden.get("response_cost") if hasattr(hidden, "get") else None
-        return float(cost) if cost is not None else None
+        reported = hidden.get("response_cost") if hasattr(hidden, "get") else None
+        if self.config.token_price() is None and not estimated and reported is not None:
+            cost: float | None = float(reported)
+        else:
+            cost = request_cost(self.config, prompt_tokens, completion_tokens)
+        return prompt_tokens, completion_tokens, cost, estimated
 
     def _usages(self) -> tuple[Usage, ...]:
         return (self.usage, *active_trackers())
 
-    def _record_request(self, prompt_tokens: int, completion_tokens: int, cost: float | None) -> None:
+    def _record_failed_attempt(
+        self, kind: FailureKind, prompt_tokens: int = 0, completion_tokens: int = 0,
+        cost: float | None = 0.0, estimated: bool = False,
+    ) -> None:
         for u in self._usages():
-            u.record_request(prompt_tokens, completion_tokens, cost)
-
-    def _record_failed_attempt(self, kind: FailureKind) -> None:
-        for u in self._usages():
-            u.record_failed_attempt(kind)
+            u.record_failed_attempt(kind, prompt_tokens, completion_tokens, cost, estimated=estimated)
 
     def _record_call(self, *, cached: bool, failed: FailureKind | None) -> None:
         for u in self._usages():
             u.record_call(cached=cached, failed=failed)
 
 
-def _reply(response: Any) -> tuple[str, int, int]:
-    """Text and token counts of a litellm ModelResponse; a missing or empty reply is a BadResponse."""
+def _reply(response: Any) -> str:
+    """The text of a litellm ModelResponse; a missing or empty reply is a BadResponse."""
     try:
         text = response.choices[0].message.content
     except (AttributeError, IndexError, TypeError) as exc:
         raise BadResponse("reply without a message") from exc
     if not isinstance(text, str):
         raise UnusableReply("empty reply")
-    usage = getattr(response, "usage", None)
-    prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
-    completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
-    return text, prompt_tokens, completion_tokens
+    return text
 
 
 def _check_text(text: str, messages: Messages, params: Mapping[str, Any], validate: Validator | None) -> None:

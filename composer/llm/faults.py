@@ -11,11 +11,18 @@ import time
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from composer.errors import causes
 from composer.llm.usage import FailureKind
 
 RETRYABLE: frozenset[FailureKind] = frozenset(
     {"rate_limit", "server_error", "timeout", "connection", "bad_response", "oversized"}
 )
+
+READ_BY_PROVIDER: frozenset[FailureKind] = frozenset({"server_error", "timeout", "bad_response", "oversized"})
+"""Failures of a request the provider received and read (its prompt evaluated, and billed): an error
+status with a body, a timeout once sent, an unparseable or oversized reply. A rate limit, a refused
+connection or a request never made cost nothing."""
+_CONNECT_TIMEOUT_NAMES = frozenset({"ConnectTimeout", "ConnectionTimeoutError"})
 
 _TIMEOUT_NAMES = frozenset(
     {"Timeout", "APITimeoutError", "TimeoutException", "ReadTimeout", "ConnectTimeout"}
@@ -47,7 +54,7 @@ class ReplyTooLarge(UnusableReply):
 
 def unusable(exc: BaseException) -> UnusableReply | None:
     """The model's unusable reply behind ``exc`` (litellm and the SDK wrap it), if that is the cause."""
-    return next((e for e in _chain(exc) if isinstance(e, UnusableReply)), None)
+    return next((e for e in causes(exc) if isinstance(e, UnusableReply)), None)
 
 
 def classify(exc: BaseException) -> FailureKind:
@@ -56,7 +63,7 @@ def classify(exc: BaseException) -> FailureKind:
     litellm wraps a refused connection and an unparseable body alike as InternalServerError (500), so the
     chain, not the outer type, tells a connection problem or a malformed reply from a real server error.
     """
-    chain = _chain(exc)
+    chain = list(causes(exc))
     if any(isinstance(e, ReplyTooLarge) for e in chain):
         return "oversized"  # raised while reading: the SDK reports it as a connection error
     names = {cls.__name__ for e in chain for cls in type(e).__mro__}
@@ -79,9 +86,18 @@ def classify(exc: BaseException) -> FailureKind:
     return "other"
 
 
+def reached_provider(exc: BaseException, kind: FailureKind) -> bool:
+    """Whether a request that failed with ``exc`` (of ``kind``) was read by the provider: its tokens
+    count. A timeout while connecting was never sent."""
+    if kind not in READ_BY_PROVIDER:
+        return False
+    names = {cls.__name__ for e in causes(exc) for cls in type(e).__mro__}
+    return not (kind == "timeout" and names & _CONNECT_TIMEOUT_NAMES)
+
+
 def retry_after(exc: BaseException) -> float | None:
     """Seconds the provider asked us to wait (Retry-After: seconds or an HTTP date), if it said."""
-    for e in _chain(exc):
+    for e in causes(exc):
         for headers in (
             getattr(e, "litellm_response_headers", None),
             getattr(getattr(e, "response", None), "headers", None),
@@ -104,15 +120,6 @@ def _parse_retry_after(value: str) -> float | None:
         return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
     except (TypeError, ValueError):
         return None
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    out: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and all(current is not e for e in out):
-        out.append(current)
-        current = current.__cause__ or current.__context__
-    return out
 
 
 # -- secrets --

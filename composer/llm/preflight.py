@@ -7,12 +7,16 @@ those and counts them against its failure budget."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from composer.errors import ComposerError
 from composer.llm.config import LLMConfig
 from composer.llm.sdk import load_litellm
 from composer.llm.spend import purpose
 from composer.redact import scrub_url
+
+if TYPE_CHECKING:
+    from composer.llm.client import Result
 
 PING = [{"role": "user", "content": "Reply with the single word: ok"}]
 UNREACHABLE = ("connection", "timeout", "other")
@@ -35,20 +39,49 @@ def check_reachable(configs: Iterable[LLMConfig], *, before: str = "the study st
     return len(seen)
 
 
-def _ping(config: LLMConfig, before: str) -> None:
-    """One test request to ``config``'s endpoint; a ComposerError when it cannot be reached."""
+TIMED_PINGS = 2
+"""Test requests an estimate times per model, keeping the fastest: the first also pays for setting up
+the client and its connection, which a study pays once."""
+
+
+def measure_latency(configs: Iterable[LLMConfig]) -> dict[str, float]:
+    """Seconds a test request takes, per model, for the endpoints that answer it: what an estimate times
+    a study's requests by. A model out of reach, or whose key is not set yet, only goes without."""
+    out: dict[str, float] = {}
+    with purpose("preflight"):
+        for config in configs:
+            if config.model in out or missing_key(config) is not None:
+                continue
+            latencies: list[float] = []
+            try:
+                while len(latencies) < TIMED_PINGS and (result := _send(config)).error_kind is None:
+                    latencies.append(result.latency)
+            except ComposerError:  # its key variable is unset: priced, not timed
+                continue
+            if latencies:
+                out[config.model] = min(latencies)
+    return out
+
+
+def _send(config: LLMConfig) -> Result:
+    """The test request to ``config``'s endpoint, uncached, with at most ``PING_RETRIES`` retries."""
     from composer.llm.client import LLMClient
     from composer.llm.sync import run_sync
 
+    retries = min(config.max_retries, PING_RETRIES)
+    probe = config.model_copy(update={"cache": False, "max_retries": retries})
+    return run_sync(LLMClient(probe).acomplete(PING, max_tokens=8, temperature=0.0))
+
+
+def _ping(config: LLMConfig, before: str) -> None:
+    """One test request to ``config``'s endpoint; a ComposerError when it cannot be reached."""
     variable = missing_key(config)
     if variable is not None:
         raise ComposerError(
             f"missing API key for the LLM {config.model}: set {variable} (or name the variable that "
             "holds the key with api_key_env / --llm-key-env)"
         )
-    retries = min(config.max_retries, PING_RETRIES)
-    probe = config.model_copy(update={"cache": False, "max_retries": retries})
-    result = run_sync(LLMClient(probe).acomplete(PING, max_tokens=8, temperature=0.0))
+    result = _send(config)
     if result.error_kind in UNREACHABLE:
         where = f" at {scrub_url(config.api_base)}" if config.api_base else ""
         raise ComposerError(

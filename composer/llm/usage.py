@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -28,7 +28,10 @@ FAILURE_KINDS: tuple[FailureKind, ...] = (
 class Usage:
     """Counters for a set of calls. ``calls`` are logical calls; ``requests`` what reached the provider.
 
-    Tokens and cost count paid requests only: a cached reply costs nothing, which is the point of the cache.
+    Tokens and cost count every request that reached the provider, failed ones too (a 5xx, a timeout, an
+    unparseable or unusable reply: the provider read the prompt all the same); a cached reply costs
+    nothing, which is the point of the cache. ``estimated`` counts requests whose tokens were counted
+    here because the reply said none (see ``composer.llm.client``).
     ``failed_attempts`` counts every failed request (retried or not), ``failed_calls`` the calls that gave up.
     ``repaired`` counts calls whose unusable reply was fixed by the one repair request, ``cache_rejected``
     cached replies that failed the checks a live reply gets, dropped and asked again.
@@ -43,28 +46,46 @@ class Usage:
     unpriced: int = 0
     repaired: int = 0
     cache_rejected: int = 0
+    estimated: int = 0
     failed_attempts: Counter[str] = field(default_factory=Counter)
     failed_calls: Counter[str] = field(default_factory=Counter)
+    in_flight: int = 0
+    """Requests sent and not answered yet: what a running trial's live view shows."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
-    def record_request(self, prompt_tokens: int, completion_tokens: int, cost: float | None) -> None:
+    def record_request(
+        self, prompt_tokens: int, completion_tokens: int, cost: float | None, *, estimated: bool = False
+    ) -> None:
         with self._lock:
-            self.requests += 1
-            self.prompt_tokens += prompt_tokens
-            self.completion_tokens += completion_tokens
-            if cost is None:
-                self.unpriced += 1
-            else:
-                self.cost += cost
+            self._add(prompt_tokens, completion_tokens, cost, estimated)
 
-    def record_failed_attempt(self, kind: FailureKind) -> None:
+    def record_failed_attempt(
+        self,
+        kind: FailureKind,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        cost: float | None = 0.0,
+        *,
+        estimated: bool = False,
+    ) -> None:
+        """A failed request, with the tokens the provider read for it (none when it never got it)."""
         with self._lock:
-            self.requests += 1
+            self._add(prompt_tokens, completion_tokens, cost, estimated)
             self.failed_attempts[kind] += 1
+
+    def _add(self, prompt_tokens: int, completion_tokens: int, cost: float | None, estimated: bool) -> None:
+        self.requests += 1
+        self.prompt_tokens += prompt_tokens
+        self.completion_tokens += completion_tokens
+        self.estimated += int(estimated)
+        if cost is None:
+            self.unpriced += 1
+        else:
+            self.cost += cost
 
     def record_repaired(self) -> None:
         with self._lock:
@@ -95,6 +116,7 @@ class Usage:
             "llm_failed_calls": sum(self.failed_calls.values()),
             "llm_repaired_calls": self.repaired,
             "llm_cache_rejected": self.cache_rejected,
+            "llm_estimated_requests": self.estimated,
         }
 
     def error_rates(self) -> dict[str, Any]:
@@ -123,6 +145,20 @@ class Usage:
 
 def _rate(part: int, whole: int) -> float:
     return part / whole if whole else 0.0
+
+
+@contextmanager
+def sending(usages: Sequence[Usage]) -> Iterator[None]:
+    """Count one request in flight on each of ``usages`` while it is out."""
+    for u in usages:
+        with u._lock:
+            u.in_flight += 1
+    try:
+        yield
+    finally:
+        for u in usages:
+            with u._lock:
+                u.in_flight -= 1
 
 
 _TRACKERS: ContextVar[tuple[Usage, ...]] = ContextVar("composer_llm_usage", default=())

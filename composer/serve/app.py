@@ -10,17 +10,21 @@ Who may call it (Host allow-list, bearer token) is ``composer.serve.guard``'s.
 
 from __future__ import annotations
 
+import html
+import importlib.util
 import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from composer.serve.engine import Engine, Reply, Timed
@@ -108,12 +112,14 @@ def create_app(
             uvicorn.run(app, host="127.0.0.1", port=8000)
     """
     bounds = limits or Limits()
-    app = FastAPI(title=f"Composer: {engine.name}", description="Search and answer with a Composer pipeline.")
+    app = FastAPI(title=f"Composer: {engine.name}", description="Search and answer with a Composer pipeline.",
+                  docs_url=None, redoc_url=None)  # FastAPI's pages load their scripts from a CDN: see DOCS
     app.state.service = Service(engine, bounds, tracer, anyio.CapacityLimiter(bounds.threads))
     app.add_middleware(BodyLimit, limit=bounds.max_body_bytes)
     app.add_middleware(Guard, access=access or Access())  # the outermost: refused before the body is read
     app.add_exception_handler(RequestValidationError, _invalid)
     app.include_router(ROUTES)
+    app.include_router(DOCS)
     return app
 
 
@@ -211,6 +217,65 @@ async def chat(body: ChatRequest, service: Served) -> Response:
                "choices": [{"index": 0, "delta": d, "finish_reason": None if d else "stop",
                             "logprobs": None}]} for d in deltas]
     return StreamingResponse(_sse(chunks), media_type="text/event-stream", headers=headers)
+
+
+DOCS = APIRouter(include_in_schema=False)
+"""``/docs`` served whole by this server, since FastAPI's pages load their scripts from a CDN (blank
+offline): Swagger UI from the files an installed dependency ships, else a page written from the schema."""
+SWAGGER_FILES = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css",
+                 "favicon.png": "image/png"}
+
+
+def swagger_folder() -> Path | None:
+    """The folder of an installed Swagger UI 5 (litellm's proxy, a dependency, ships swagger-ui-dist's
+    bundle, css and icon), found without importing its package; None where none is installed."""
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or spec.origin is None:
+        return None
+    folder = Path(spec.origin).parent / "proxy" / "swagger"
+    return folder if all((folder / name).is_file() for name in SWAGGER_FILES) else None
+
+
+@DOCS.get("/docs")
+async def docs(request: Request) -> HTMLResponse:
+    """Swagger UI, its files from this server (``/docs/<file>``); without them, the schema as a page."""
+    if swagger_folder() is None:
+        return HTMLResponse(schema_page(request.app.openapi()))
+    return get_swagger_ui_html(
+        openapi_url=request.app.openapi_url, title=f"{request.app.title} - docs",
+        swagger_js_url="/docs/swagger-ui-bundle.js", swagger_css_url="/docs/swagger-ui.css",
+        swagger_favicon_url="/docs/favicon.png",
+        swagger_ui_parameters={"validatorUrl": None},  # its default badge calls validator.swagger.io
+    )
+
+
+@DOCS.get("/docs/{name}")
+async def docs_file(name: str) -> FileResponse:
+    """One of Swagger UI's files (``SWAGGER_FILES``), from the folder ``swagger_folder`` found."""
+    folder = swagger_folder()
+    if folder is None or name not in SWAGGER_FILES:
+        raise HTTPException(404, f"/docs/{name}: no such file")
+    return FileResponse(folder / name, media_type=SWAGGER_FILES[name])
+
+
+def schema_page(schema: Mapping[str, Any]) -> str:
+    """The OpenAPI schema as one self-contained HTML page: each route, what it does, its request body and
+    its responses, and the schema itself (``/openapi.json`` for tools)."""
+    info = schema.get("info", {})
+    rows = []
+    for path, methods in schema.get("paths", {}).items():
+        for method, op in methods.items():
+            body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
+            takes = str(body.get("$ref", "")).rsplit("/", 1)[-1] or "-"
+            rows.append(f"<tr><td><code>{method.upper()} {html.escape(path)}</code></td>"
+                        f"<td>{html.escape(op.get('description') or op.get('summary', ''))}</td>"
+                        f"<td>{html.escape(takes)}</td><td>{', '.join(op.get('responses', {}))}</td></tr>")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(info.get('title', ''))}"
+            f"</title></head><body><h1>{html.escape(info.get('title', ''))}</h1>"
+            f"<p>{html.escape(info.get('description', ''))} The schema: <a href='/openapi.json'>"
+            "/openapi.json</a>.</p><table border='1' cellpadding='4'><tr><th>route</th><th>what</th>"
+            f"<th>body</th><th>responses</th></tr>{''.join(rows)}</table>"
+            f"<pre>{html.escape(json.dumps(schema.get('components', {}), indent=1))}</pre></body></html>")
 
 
 def _timing(done: Timed) -> str:

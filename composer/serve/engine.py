@@ -10,17 +10,20 @@ together, not one after another.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import unquote, urlparse
 
 from composer.data.types import Hit, Question
 from composer.errors import ComposerError
 from composer.llm.faults import scrub
 from composer.pipeline.pipeline import Pipeline
+from composer.redact import scrub_url
 
 MODEL_SCHEMES = ("models:/", "runs:/")
 """Targets loaded with ``mlflow.pyfunc.load_model`` rather than read as a config file."""
@@ -196,9 +199,10 @@ def _model_engine(uri: str, corpus: Path | None) -> Engine:
     from composer.serve.model_files import composer_artifacts, open_pipeline, registered_folder
 
     name = uri.split(":/", 1)[1].strip("/") or uri
-    folder = registered_folder(uri)  # a local registry read directly: no MLflow import, no store opening
+    store = _existing_store(uri)
+    folder = registered_folder(uri, store)  # a local registry read directly: no MLflow import nor opening
     if folder is None:
-        folder = _downloaded(uri)
+        folder = _downloaded(uri, store)
     artifacts = composer_artifacts(folder)
     if artifacts is not None:
         pipe = open_pipeline(artifacts)
@@ -213,15 +217,38 @@ def _model_engine(uri: str, corpus: Path | None) -> Engine:
     return PipelineEngine(pipe, name)
 
 
-def _downloaded(uri: str) -> Path:
-    """The local folder of the MLflow model ``uri`` (downloaded where its artifacts are remote)."""
+def _existing_store(uri: str) -> str:
+    """The MLflow store (its registry) ``uri`` is read from, as MLflow's variables or settings say, refused
+    when it is a local one that does not exist: MLflow would create it (``./mlflow.db`` by default) only to
+    find no model in it."""
+    import os
+
+    from composer.store import sqlite_file
+
+    store = os.environ.get("MLFLOW_REGISTRY_URI") or os.environ.get("MLFLOW_TRACKING_URI")
+    if "mlflow" in sys.modules or not store:  # MLflow's settings, where they may differ from the variables
+        import mlflow
+
+        store = str(mlflow.get_registry_uri())
+    file = Path(unquote(urlparse(store).path)) if store.startswith("file:") else sqlite_file(store)
+    if file is not None and (not file.exists() or (file.is_file() and file.stat().st_size == 0)):
+        raise ComposerError(f"{uri}: no MLflow store at {file.resolve()} to read it from: name the store "
+                            "the model was registered in with -e EXPERIMENT.yaml, --workdir (the study's "
+                            "work dir), --tracking-uri or $MLFLOW_TRACKING_URI")
+    return store
+
+
+def _downloaded(uri: str, store: str) -> Path:
+    """The local folder of the MLflow model ``uri`` in ``store`` (downloaded where its artifacts are
+    remote); one line naming the store where it is not there."""
     import mlflow.artifacts
     from mlflow.exceptions import MlflowException
 
     try:
-        return Path(mlflow.artifacts.download_artifacts(artifact_uri=uri))
+        return Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, registry_uri=store))
     except (MlflowException, OSError) as exc:
-        raise ComposerError(f"{uri}: cannot load the model: {scrub(str(exc)).splitlines()[0]}") from None
+        raise ComposerError(f"{uri}: cannot load the model from the MLflow store {scrub_url(store)}: "
+                            f"{scrub(str(exc)).splitlines()[0]}") from None
 
 
 def _pyfunc_pipeline(uri: str, folder: Path) -> Any:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from composer.errors import ComposerError, StudyStopped, option
+from composer.errors import ComposerError, StudyStopped, causes, option
 from composer.record import TrialRecord
 from composer.study import _optuna
 from composer.study._workers import (
@@ -223,8 +223,21 @@ def optimize(
         if tracker is not None:
             _write_interrupted(study, runner, tracker)
         raise
+    except Exception as exc:
+        # A Ctrl-C (or SIGTERM) landing inside Optuna's tell makes its ``finally`` raise another error
+        # (UnboundLocalError) over the KeyboardInterrupt: still the user's stop, not a fault to print.
+        if not _interrupted(exc):
+            raise
+        if tracker is not None:
+            _write_interrupted(study, runner, tracker)
+        raise KeyboardInterrupt from exc
     finally:
         Heartbeat.stop_left()
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is among the errors ``exc`` was raised from or while handling."""
+    return any(isinstance(cause, KeyboardInterrupt) for cause in causes(exc))
 
 
 INTERRUPTED = "interrupted by Ctrl-C: it takes none of n_trials; the study runs what is missing when resumed"
@@ -302,10 +315,21 @@ def _errors(trials: Sequence[optuna.trial.FrozenTrial]) -> str:
     for t in trials:
         record = TrialRecord.of(t)
         error = (record.error if record is not None else None) or "unknown error"
-        kinds.setdefault(error.partition(":")[0], []).append(t)
+        kinds.setdefault(_cause(error), []).append(t)
     kind, group = max(kinds.items(), key=lambda item: len(item[1]))
     record = TrialRecord.of(group[-1])
     last = ((record.error if record is not None else None) or kind).splitlines()[0][:300]
     numbers = ", ".join(f"#{t.number}" for t in group[-5:])
     more = f" (and {len(kinds) - 1} other kinds of error)" if len(kinds) > 1 else ""
     return f"; {len(group)} x {last} ({numbers}){more}"
+
+
+def _cause(error: str) -> str:
+    """The kind of a trial's error: its type, and for a failure budget the stages whose samples failed
+    (a judge whose replies cannot be parsed and a generator that cannot answer are different causes)."""
+    from composer.judges.panel import FailureBudgetExceeded
+
+    kind = error.partition(":")[0]
+    if kind == FailureBudgetExceeded.__name__:
+        kind = " ".join([kind, *FailureBudgetExceeded.stages_in(error)])
+    return kind

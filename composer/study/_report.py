@@ -43,6 +43,10 @@ SELECTION_ATTR = "selection"
 """The study's user attribute holding its selection set's separation (``Separation.to_dict``)."""
 JUDGE_ATTR = "judge_agreement"
 """The study's user attribute holding its judge's agreement (``JudgeAgreement.to_dict``)."""
+MIN_IMPORTANCE_TRIALS = 5
+"""Complete trials of distinct configurations the parameter importances need. fANOVA splits the
+trials' variance among the parameters; over fewer points it hands it to whichever parameter happened to
+differ between two of them (drawn from one trial, it showed a confident ranking of nothing)."""
 
 
 def held_out(
@@ -301,10 +305,9 @@ def plots(study: optuna.Study, exp: ExperimentConfig) -> dict[str, bytes]:
         return float(t.values[0])
 
     kw: dict[str, Any] = {"target": composite, "target_name": "composite"} if exp.multi_objective else {}
-    makers: dict[str, Any] = {
-        "optimization_history": lambda: vis.plot_optimization_history(study, **kw),
-        "param_importances": lambda: _importances(study, kw),
-    }
+    makers: dict[str, Any] = {"optimization_history": lambda: vis.plot_optimization_history(study, **kw)}
+    if importances_note(study) is None:
+        makers["param_importances"] = lambda: _importances(study, kw)
     if exp.multi_objective:
         names = ["composite", *exp.objective.secondary]
         makers["pareto_front"] = lambda: vis.plot_pareto_front(study, target_names=names)
@@ -321,9 +324,23 @@ def plots(study: optuna.Study, exp: ExperimentConfig) -> dict[str, bytes]:
             figure.savefig(buffer, format="png", dpi=100)
             plt.close(figure)
             out[name] = buffer.getvalue()
-        except Exception as exc:  # a plot Optuna cannot draw yet (e.g. importances of 1 trial) is skipped
+        except Exception as exc:  # a plot Optuna cannot draw yet (too little variance) is skipped
             logger.warning("plot %s skipped: %s", name, exc)
     return out
+
+
+def importances_note(study: optuna.Study) -> str | None:
+    """Why the study's parameter importances are not drawn (too few complete trials); None if they are."""
+    import json
+
+    from optuna.trial import TrialState
+
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    n = len({json.dumps(t.params, sort_keys=True, default=str) for t in complete})  # repeats count once
+    if n >= MIN_IMPORTANCE_TRIALS:
+        return None
+    return (f"not drawn: {n} complete trial{'' if n == 1 else 's'} of distinct configurations, fewer than "
+            f"the {MIN_IMPORTANCE_TRIALS} that parameter importances need to mean anything")
 
 
 def _importances(study: optuna.Study, kw: dict[str, Any]) -> Any:

@@ -11,6 +11,8 @@ from composer.cost.calls import Judge
 from composer.cost.estimate import Estimate, Plan, estimate
 from composer.cost.passages import StandInPassages
 from composer.errors import ComposerError
+from composer.llm.config import LLMConfig
+from composer.llm.preflight import measure_latency
 from composer.pipeline.config import PipelineConfig
 from composer.study._optimize import finished_distinct
 from composer.study._report import stored_held_out
@@ -25,23 +27,38 @@ MAX_CONFIGS = 64
 
 
 def price_study(
-    data: StudyData, study: optuna.Study | None, *, name: str, target: int, held_out: int
+    data: StudyData, study: optuna.Study | None, *, name: str, target: int, held_out: int,
+    timed: bool = False,
 ) -> Estimate:
     """The estimate for ``study`` (None: not created yet) run to ``target`` trials on ``data``, with
-    ``held_out`` questions re-scored after it."""
+    ``held_out`` questions re-scored after it; ``timed``: its wall time too, from test requests to
+    each endpoint (the preflight's), the only requests an estimate sends."""
     if data.system is not None:
         raise ComposerError("a cost estimate needs a pipeline search space: a factory's system calls its "
                             "own LLMs, which Composer cannot see")
     finished = finished_distinct(study) if study is not None else 0
     remaining = max(target - finished, 0)
     done = study is not None and remaining == 0 and stored_held_out(study, held_out) is not None
-    endpoints = {(c.model, c.api_base, c.api_key_env) for c in data.llm_endpoints()}
+    configs = data.llm_endpoints()
+    endpoints = {(c.model, c.api_base, c.api_key_env) for c in configs}
     plan = Plan(name, configurations(data), list(data.questions), held_out, remaining, finished,
                 len(endpoints), done)
     judging = data.judging
     judge = Judge(judging.client.config, judging.settings) if judging is not None else None
     return estimate(plan, StandInPassages(data.corpus), llm=data.llm, judge=judge, answers=data.answers,
-                    cache_file=data.workdir / "cache" / "llm" / "replies.sqlite")
+                    cache_file=data.workdir / "cache" / "llm" / "replies.sqlite",
+                    pace=_pace(configs) if timed else None)
+
+
+def _pace(configs: list[LLMConfig]) -> dict[str, float]:
+    """Seconds a request of each model takes when its ``max_concurrency`` requests run at once: its test
+    request's latency over that many."""
+    latency = measure_latency(configs)
+    out: dict[str, float] = {}
+    for config in configs:
+        if config.model in latency:
+            out.setdefault(config.model, latency[config.model] / config.max_concurrency)
+    return out
 
 
 def configurations(data: StudyData) -> list[tuple[dict[str, Any], PipelineConfig]]:

@@ -227,6 +227,12 @@ class ExperimentConfig(_Strict):
     timeout: float | None = Field(default=None, gt=0, description="Seconds for the whole study.")
     batch_size: int = Field(default=50, ge=1, description="Questions per pruning step.")
     split: SplitConfig | None = None
+    max_questions: int | None = Field(
+        default=None, ge=1,
+        description="Use only this many of the questions (a smoke study), picked before the split with "
+        "each stratum (answerable or not, language) keeping its share, the same ones for the same split "
+        "seed (0 without split:) (null: all).",
+    )
     storage: str | None = Field(default=None, description="Optuna RDB URL; default sqlite:///<workdir>/optuna.db")
     heartbeat_interval: int = Field(default=60, ge=1, description="Seconds; a trial silent for 2x is failed.")
     stop: StopConfig = StopConfig()

@@ -61,6 +61,7 @@ def export_document(study: optuna.Study, trial: optuna.trial.FrozenTrial, storag
         "questions_fingerprint": info.get("questions_fingerprint"),
         "selection_fingerprint": info.get("selection_fingerprint"),
         "split": info.get("split"),
+        "max_questions": info.get("max_questions"),
         "index_key": record.index.key if record.index is not None else None,
         "composer_version": composer_version(),
         "exported_at": datetime.now(timezone.utc).replace(microsecond=0).isoformat(),

@@ -25,6 +25,9 @@ PIPED_WIDTH = 200
 
 COST_COLUMNS = ("latency_ms", "context_tokens", "llm_cost_usd")
 """What a trial costs, shown after the weighted metrics."""
+SHARE_COLUMNS = ("judge_fallback",)
+"""Shares of a trial's samples worth a look, shown after the costs when a trial has one: those its judge
+failed on and a deterministic fallback scored (``composer.judges.panel.JUDGE_FALLBACK``)."""
 
 
 def weighted_metrics(study: optuna.Study) -> list[str]:
@@ -40,11 +43,11 @@ def weighted_metrics(study: optuna.Study) -> list[str]:
 
 def leaderboard(study: optuna.Study) -> pd.DataFrame:
     """One row per finished trial in ``rank_key``'s order: complete trials best first, then pruned, then
-    failed."""
+    failed, each failed one with its ``reason`` (a column only when a trial failed)."""
     import pandas as pd
     from optuna.trial import TrialState
 
-    shown = [*weighted_metrics(study), *COST_COLUMNS]
+    shown = [*weighted_metrics(study), *COST_COLUMNS, *SHARE_COLUMNS]
     dominated = dominated_trials(study)
     rows: list[tuple[tuple[float, ...], dict[str, Any]]] = []
     for t in study.get_trials(deepcopy=False):
@@ -60,9 +63,12 @@ def leaderboard(study: optuna.Study) -> pd.DataFrame:
         row["duplicate_of"] = record.duplicate_of if record is not None else None
         row["index_key"] = record.index.key if record is not None and record.index is not None else None
         row["seconds"] = t.duration.total_seconds() if t.duration is not None else None
+        row["reason"] = failure_reason(t)
         rows.append((rank_key(t.state.name, metrics, t.number, t.number in dominated), row))
-    columns = ["trial", "state", "composite", *shown, "config", "duplicate_of", "index_key", "seconds"]
-    return pd.DataFrame([row for _, row in sorted(rows, key=lambda pair: pair[0])], columns=columns)
+    columns = ["trial", "state", "composite", *shown, "config", "duplicate_of", "index_key", "seconds",
+               "reason"]
+    frame = pd.DataFrame([row for _, row in sorted(rows, key=lambda pair: pair[0])], columns=columns)
+    return frame.drop(columns=[c for c in (*SHARE_COLUMNS, "reason") if frame[c].isna().all()])
 
 
 STATE_ORDER = {"COMPLETE": 0, "PRUNED": 1, "FAIL": 2}
@@ -126,15 +132,24 @@ def failure_causes(trials: Sequence[optuna.trial.FrozenTrial]) -> list[tuple[str
 
     causes: dict[str, list[int]] = {}
     for t in trials:
-        kind = failure_of(t)
-        if kind is None or kind == "surplus":
-            continue
-        record = TrialRecord.of(t)
-        error = record.error if record is not None else None
-        first = (error or "unknown error").strip().splitlines()[0][:300]
-        cause = {"invalid": f"invalid configuration: {first}", "lost": "process died"}.get(kind, first)
-        causes.setdefault(cause, []).append(t.number)
+        cause = failure_reason(t)
+        if cause is not None and failure_of(t) != "surplus":
+            causes.setdefault(cause, []).append(t.number)
     return sorted(causes.items(), key=lambda item: (-len(item[1]), item[1][0]))
+
+
+def failure_reason(trial: optuna.trial.FrozenTrial) -> str | None:
+    """Why a trial failed, in a line: its error's first line, "invalid configuration: ..." for sampled
+    values that make none, "process died" for a lost worker's; None for a trial that did not fail."""
+    from composer.study.fate import failure_of
+
+    kind = failure_of(trial)
+    if kind is None:
+        return None
+    record = TrialRecord.of(trial)
+    error = record.error if record is not None else None
+    first = (error or "unknown error").strip().splitlines()[0][:300]
+    return {"invalid": f"invalid configuration: {first}", "lost": "process died"}.get(kind, first)
 
 
 def describe_params(params: Mapping[str, Any]) -> str:
@@ -172,9 +187,9 @@ def render_leaderboard(frame: pd.DataFrame, *, title: str = "", limit: int | Non
     shown = [c for c in frame.columns
              if c not in ("index_key", "duplicate_of", "seconds") and frame[c].notna().any()]
     for column in shown:
-        left = column in ("state", "config")
+        left = column in ("state", "config", "reason")
         table.add_column(header(column), justify="left" if left else "right",
-                         no_wrap=column != "config", overflow="fold")
+                         no_wrap=column not in ("config", "reason"), overflow="fold")
     for _, row in frame.head(limit).iterrows() if limit else frame.iterrows():
         cells = [_cell(row[c], c) for c in shown]
         if row["duplicate_of"] == row["duplicate_of"] and row["duplicate_of"] is not None:
@@ -183,8 +198,11 @@ def render_leaderboard(frame: pd.DataFrame, *, title: str = "", limit: int | Non
     return table
 
 
+REASON_CHARS = 120
+"""A failure's reason as the table shows it (the CSV and the study's MLflow leaderboard keep 300)."""
 _HEADERS = {"composite": "objective", "token_f1": "F1", "faithfulness_overlap": "faithful",
-            "latency_ms": "ms/q", "context_tokens": "context tokens", "llm_cost_usd": "LLM $"}
+            "latency_ms": "ms/q", "context_tokens": "context tokens", "llm_cost_usd": "LLM $",
+            "judge_fallback": "judge fallback"}
 _STATES = {"COMPLETE": "done", "PRUNED": "pruned", "FAIL": "failed"}
 
 
@@ -204,6 +222,10 @@ def _cell(value: Any, column: str) -> str:
         return f"{value:.1f}" if column == "latency_ms" else f"{value:.0f}"
     if column == "llm_cost_usd":
         return f"{value:.4f}"
+    if column in SHARE_COLUMNS:
+        return f"{value:.0%}"
+    if column == "reason" and len(str(value)) > REASON_CHARS:
+        return f"{str(value)[:REASON_CHARS - 1]}…"
     if isinstance(value, float):
         return f"{value:.3f}"
     return str(value)

@@ -1,11 +1,15 @@
 """The live view of `composer optimize`: one line per finished trial, and a status line (x/N, best, ETA,
-and the running trial's progress: questions retrieved, answered, judged), so a study on a slow local LLM
-never looks frozen."""
+and the running trial's progress: questions retrieved, answered and judged, its LLM requests so far, in
+flight and failed, its rate and the time it has left), so a study on a slow local LLM never looks
+frozen. Without a terminal (a CI log) the running trial's progress is logged instead, at INFO (``-v``),
+at most every ``LOG_EVERY_S`` seconds."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -19,10 +23,26 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.live import Live
 
+    from composer.llm import Usage
+
+logger = logging.getLogger(__name__)
+
+LOG_EVERY_S = 30.0
+"""Without a terminal, a running trial's progress line is logged at most this often."""
+
+
+@dataclass
+class _Running:
+    """The trial running now: its number, when it started, and its LLM calls as they are counted."""
+
+    number: int
+    usage: Usage
+    started: float
+
 
 class StudyProgress:
     """An Optuna callback drawing progress with Rich; ``target`` is the trial count the study aims for.
-    ``stage`` is the running trial's ``StageHook``."""
+    ``stage`` is the running trial's ``StageHook``, ``watch`` is told when a trial starts."""
 
     def __init__(self, console: Console, target: int | None, done: int, timeout: float | None = None) -> None:
         self.console = console
@@ -33,6 +53,9 @@ class StudyProgress:
         self.finished_here = 0
         self.best: str = "–"
         self.running: dict[str, tuple[int, int]] | None = None
+        self.trial: _Running | None = None
+        self.log_every = LOG_EVERY_S
+        self._logged: float | None = None
         self._live: Live | None = None
 
     def __enter__(self) -> StudyProgress:
@@ -49,11 +72,45 @@ class StudyProgress:
             self._live.__exit__(kind, exc, tb)
             self._live = None
 
+    def watch(self, number: int, usage: Usage) -> None:
+        """Trial ``number`` starts; ``usage`` counts its LLM calls (read at each refresh: requests in
+        flight and failed show as they happen, between the stage counts)."""
+        self.trial = _Running(number, usage, time.monotonic())
+        self.running = None
+
     def stage(self, name: str, done: int, total: int) -> None:
-        """A running trial's progress: ``done`` of ``total`` questions through stage ``name``."""
+        """A running trial's progress: ``done`` of ``total`` questions through stage ``name``; logged
+        without a terminal (at most every ``log_every`` seconds), where the status line is not drawn."""
         if self.running is None:
             self.running = {}
         self.running[name] = (done, total)
+        now = time.monotonic()
+        if self.console.is_terminal or not logger.isEnabledFor(logging.INFO):
+            return
+        if self._logged is None or now - self._logged >= self.log_every:
+            self._logged = now
+            logger.info("%s", self.trial_line())
+
+    def trial_line(self) -> str:
+        """The running trial's progress in one line: "trial #3: retrieved 40/130, answered 12/130, judged
+        8/130 · LLM 45 requests, 3 in flight, 2 failed · 0.40 questions/s · about 0:03:40 left"."""
+        stages = list((self.running or {}).items())
+        trial = self.trial
+        parts = [", ".join(f"{name} {done}/{total}" for name, (done, total) in stages)]
+        if trial is not None:
+            usage = trial.usage
+            if usage.requests or usage.in_flight:
+                parts.append(f"LLM {usage.requests} requests, {usage.in_flight} in flight, "
+                             f"{sum(usage.failed_attempts.values())} failed")
+            if stages:
+                finished = min(counts[0] for _, counts in stages)  # the questions through every stage
+                total = max(counts[1] for _, counts in stages)
+                elapsed = time.monotonic() - trial.started
+                if finished and elapsed > 0:
+                    rate = finished / elapsed
+                    parts.append(f"{rate:.2f} questions/s · about {_clock((total - finished) / rate)} left")
+        head = f"trial #{trial.number}" if trial is not None else "running"
+        return f"{head}: " + " · ".join(p for p in parts if p)
 
     def __call__(
         self, study: optuna.Study, trial: optuna.trial.FrozenTrial, trials: Sequence[optuna.trial.FrozenTrial]
@@ -67,6 +124,7 @@ class StudyProgress:
             self.done += 1  # a repeat does not use up one of the n_trials (see composer.study._optimize)
         self.finished_here += 1
         self.running = None
+        self.trial = None
         self._update_best(trials)
         value = "–" if trial.values is None else ", ".join(f"{v:.4f}" for v in trial.values)
         note = ""
@@ -108,10 +166,8 @@ class StudyProgress:
         line = (
             f"[bold]trial {self.done}{of}[/bold] · best {self.best} · elapsed {_clock(elapsed)} · ETA {eta}"
         )
-        if self.running:
-            line += " · running: " + ", ".join(
-                f"{name} {done}/{total}" for name, (done, total) in self.running.items()
-            )
+        if self.running or self.trial is not None:
+            line += "\n" + escape(self.trial_line())
         return line
 
 

@@ -72,14 +72,44 @@ def check_name(name: str) -> str:
     return name
 
 
+def held_out_loss(study: optuna.Study, trial: int) -> tuple[int, str] | None:
+    """(the runner-up, why) when the study's held-out re-score found its runner-up really better than
+    ``trial``, the winner chosen on the selection questions (the held-out ones are the fairer judge);
+    None when it did not, or there was no re-score."""
+    held = HeldOut.from_dict(study.user_attrs.get("held_out"))
+    if held is None or held.difference is None or held.winner is None or held.runner_up is None:
+        return None
+    d = held.difference
+    if not d.runner_up_really_better or held.winner.trial != trial:
+        return None
+    low, high = d.ci95
+    runner_up = held.runner_up.trial
+    return runner_up, (
+        f"on the {held.n_questions} held-out questions the runner-up #{runner_up} is really better than the "
+        f"winner #{trial} (difference {d.mean:+.4f}, 95% CI [{low:+.4f}, {high:+.4f}])")
+
+
+def check_promotion(study: optuna.Study, trial: int, *, force: bool = False) -> None:
+    """Refuse to make ``trial`` the champion when the held-out questions found the runner-up really better
+    (``held_out_loss``), unless ``force``: a deployment must not go to the held-out loser on a warning."""
+    loss = held_out_loss(study, trial)
+    if loss is not None and not force:
+        runner_up, why = loss
+        raise InputError(f"not promoting #{trial}: {why}; register the runner-up with --trial {runner_up} "
+                         f"--promote, or add --force to promote #{trial} anyway", field="promote")
+
+
 def register_winner(
-    study: optuna.Study, trial: optuna.trial.FrozenTrial, where: Where, name: str, *, promote: bool = False
+    study: optuna.Study, trial: optuna.trial.FrozenTrial, where: Where, name: str, *, promote: bool = False,
+    force: bool = False,
 ) -> Registered:
     """Log ``trial``'s pipeline as a model on its MLflow run, register it as ``name`` (alias
-    ``challenger``; ``champion`` too when ``promote``). An MLflow or file system failure is a one-line
-    ComposerError."""
+    ``challenger``; ``champion`` too when ``promote``, refused for the held-out loser unless ``force``:
+    ``check_promotion``). An MLflow or file system failure is a one-line ComposerError."""
     from mlflow.exceptions import MlflowException
 
+    if promote:
+        check_promotion(study, trial.number, force=force)
     try:
         return _register(study, trial, where, check_name(name), promote)
     except MlflowException as exc:

@@ -15,7 +15,7 @@ import copy
 import hashlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -229,8 +229,10 @@ class StudyData:
         batch_size: int | None = None,
         on_batch: BatchHook | None = None,
         on_stage: StageHook | None = None,
+        on_failure: Callable[[Scored], None] | None = None,
     ) -> Scored:
-        """Score an indexed pipeline on ``questions`` (the selection, or the held-out set) as trials do."""
+        """Score an indexed pipeline on ``questions`` (the selection, or the held-out set) as trials do;
+        ``on_failure`` gets the scores so far of a scoring that fails."""
         return score_pipeline(
             pipeline,
             questions,
@@ -241,6 +243,7 @@ class StudyData:
             answers=self.answers,
             on_batch=on_batch,
             on_stage=on_stage,
+            on_failure=on_failure,
         )
 
 
@@ -268,7 +271,8 @@ class TrialRunner:
     which is surplus: it stops its worker and fails unscored (as does the later of two retries of one lost
     trial). Every failure is recorded here, on the trial's record, so it counts toward the stop rules and is
     never taken for a trial whose process died. What a trial produced for MLflow waits in ``reports`` until
-    Optuna has told its end (``pop_report``). ``on_stage`` shows a running trial's progress."""
+    Optuna has told its end (``pop_report``). ``on_stage`` shows a running trial's progress, ``on_start``
+    gets each trial's number and the usage counting its LLM calls as they happen."""
 
     def __init__(
         self,
@@ -276,9 +280,11 @@ class TrialRunner:
         *,
         target: int | None = None,
         on_stage: StageHook | None = None,
+        on_start: Callable[[int, Usage], None] | None = None,
         stop: StopConfig | None = None,
     ) -> None:
         self.data = data
+        self.on_start = on_start
         self.budget = stop if stop is not None and budget.limited(stop) else None
         """The study's LLM budget, checked before each trial and after each batch (None: no limit)."""
         self.target = target
@@ -295,6 +301,8 @@ class TrialRunner:
 
         self.trial_id = _optuna.trial_id(trial)
         with track_usage() as usage:
+            if self.on_start is not None:
+                self.on_start(trial.number, usage)
             try:
                 self._claim_slot(trial)
                 return self.evaluate(trial, usage)
@@ -337,7 +345,7 @@ class TrialRunner:
         error = str(exc) if failure != "error" else scrub_url(f"{type(exc).__name__}: {exc}")[:4000]
         record = TrialRecord.of(trial) or TrialRecord(dict(trial.params), "")
         record.updated(error=error, failure=failure, llm_usage=usage_metrics(usage)).save(trial)
-        if usage.calls:
+        if usage.calls and trial.number not in self.reports:  # else the samples it scored (``evaluate``)
             self.reports[trial.number] = TrialReport(error_rates=usage.error_rates())
 
     def evaluate(self, trial: optuna.Trial, usage: Usage) -> float | tuple[float, ...]:
@@ -361,12 +369,14 @@ class TrialRunner:
         index = pipeline.index(self.data.corpus)  # None for a user's system: it keeps its own index
         record = record.updated(index=index)
         judge = self.data.judging.model if self.data.judging is not None else None
+        kept: list[Scored] = []
         try:
             scored = self.data.score(
                 pipeline,
                 self.data.questions,
                 on_stage=self.on_stage,
                 on_batch=lambda step, report: self._step(trial, step, report, steps, last, usage),
+                on_failure=kept.append,
             )
         except optuna.TrialPruned:
             metrics = {"composite_at_prune": steps[-1], "pruned_at_questions": float(len(last[-1]))}
@@ -375,14 +385,21 @@ class TrialRunner:
             raise
         except Exception:
             record.save(trial)  # the index it searched joins the failure's record
+            if kept:  # what it answered and judged before it failed: its run's samples and traces
+                self.reports[trial.number] = self._report(kept[0], config)
             raise
         metrics = flat_metrics(scored, self.data.objective)
         record.updated(metrics=metrics, llm_usage=usage_metrics(usage),
                        seconds=time_split(record, scored.seconds)).save(trial)
-        generation = generation_details(scored, config, TRACED)
-        self.reports[trial.number] = TrialReport(scored.report, scored.answerer, scored.judge, generation)
+        self.reports[trial.number] = self._report(scored, config)
         values = self.data.objective.values(metrics)
         return values[0] if len(values) == 1 else values
+
+    @staticmethod
+    def _report(scored: Scored, config: Configured) -> TrialReport:
+        """What a trial's run shows of its scores: its report, and how its first answers were made."""
+        generation = generation_details(scored, config, TRACED)
+        return TrialReport(scored.report, scored.answerer, scored.judge, generation)
 
     def _step(
         self,

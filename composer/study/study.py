@@ -10,11 +10,12 @@ the conditional grid, pruners), ``_optimize`` (slots, repeats, surplus and lost 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
+import signal
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from composer.data.types import Corpus, QuestionSet
 from composer.errors import ConfigError, option
+from composer.evaluation.splits import split_questions, study_questions
 from composer.llm.preflight import check_reachable
 from composer.llm.spend import Spend
 from composer.protocols import SystemFactory
@@ -30,7 +32,7 @@ from composer.record import SCHEMA, TrialRecord
 from composer.redact import scrub_url
 from composer.study import _optimize, _report, budget, staged
 from composer.study._storage import load_study, open_study
-from composer.study.experiment import ExperimentConfig, SplitConfig, import_factory
+from composer.study.experiment import ExperimentConfig, import_factory
 from composer.study.leaderboard import STUDY_ATTR, leaderboard, ranked_trials, report_console
 from composer.study.runner import StudyData, TrialRunner
 from composer.study.space import SearchSpace, language_warning, load_search_space
@@ -38,6 +40,8 @@ from composer.tracking.summary import HeldOut, StudySummary
 from composer.version import composer_version
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     import optuna
     import pandas as pd
     from rich.console import Console
@@ -46,7 +50,7 @@ if TYPE_CHECKING:
     from composer.study.registry import Registered
     from composer.tracking.writer import StudyTracker
 
-__all__ = ["StudyResult", "composer_version", "estimate_study", "load_study", "run_study", "split_questions"]
+__all__ = ["StudyResult", "composer_version", "estimate_study", "load_study", "run_study"]
 
 @dataclass
 class StudyResult:
@@ -108,29 +112,32 @@ class StudyResult:
         return register_winner(self.study, best_trial(self.study), where, name, promote=promote)
 
 
-def split_questions(
-    questions: QuestionSet, split: SplitConfig | None
-) -> tuple[QuestionSet, QuestionSet | None]:
-    """Selection and held-out sets by a seeded hash of each id: the same sets whatever the file's order.
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP (``kill``, ``timeout``, a scheduler, a closed terminal) stop a study as Ctrl-C
+    does, its MLflow parent run ended KILLED: by default they end the process at once, the run left
+    RUNNING. Each goes to what handles SIGINT as it lands (the optimize loop's ``CtrlC``); a handler
+    that is not the default (a host application's) is left alone."""
 
-    Both keep the file's order, so batches (and pruning steps) see the same questions in every trial.
-    """
-    if split is None:
-        return questions, None
-    ranked = sorted(questions, key=lambda q: hashlib.sha256(f"{split.seed}:{q.id}".encode()).hexdigest())
-    n_held = round(len(ranked) * split.held_out)
-    if n_held == 0 or n_held == len(ranked):
-        raise ConfigError(
-            f"holding out {split.held_out:.0%} of {len(ranked)} questions leaves a side empty",
-            field="split.held_out",
-        )
-    held = {q.id for q in ranked[:n_held]}
-    return (
-        QuestionSet([q for q in questions if q.id not in held], questions.source),
-        QuestionSet([q for q in questions if q.id in held], questions.source),
-    )
+    def as_ctrl_c(signum: int, frame: FrameType | None) -> None:
+        handler = signal.getsignal(signal.SIGINT)
+        if not callable(handler):  # SIGINT ignored (a job started in the background): stop all the same
+            raise KeyboardInterrupt
+        handler(signum, frame)
+
+    main = threading.current_thread() is threading.main_thread()
+    taken = [sig for sig in (signal.SIGTERM, signal.SIGHUP)
+             if main and signal.getsignal(sig) == signal.SIG_DFL]
+    for sig in taken:
+        signal.signal(sig, as_ctrl_c)
+    try:
+        yield
+    finally:
+        for sig in taken:
+            signal.signal(sig, signal.SIG_DFL)
 
 
+@stop_on_signals()
 def run_study(
     exp: ExperimentConfig,
     *,
@@ -159,11 +166,12 @@ def run_study(
                              inputs.questions, data.questions)
     _check_same_data(study, provenance)
     data.settle(study)  # the objective as the study decided it, over what its systems produce
-    tracker = _tracker(exp, study.study_name, provenance, data.questions)
-    _estimate_once(study, exp, data, n_trials if plan is None else plan.generation_trials, inputs.held_out)
-    agreement = _report.judge_agreement(study, exp, data, console)
+    tracker = _tracker(exp, study.study_name, provenance, data.questions, data.objective.weights)
     status, parent_run_id = "FAILED", ""
     try:
+        _estimate_once(study, exp, data, n_trials if plan is None else plan.generation_trials,
+                       inputs.held_out)
+        agreement = _report.judge_agreement(study, exp, data, console)
         with blas_on_one_thread():
             _set_depth(data, data.space)
             parent_run_id = tracker.ready()
@@ -220,8 +228,8 @@ def estimate_study(
     exp: ExperimentConfig, *, n_trials: int | None = None, study_name: str | None = None,
     strict: bool = False,
 ) -> Estimate:
-    """What running the study would cost in LLM requests and dollars (``composer.cost.estimate``): no
-    trial runs, no request is sent, no study is created."""
+    """What running the study would cost in LLM requests, dollars and time (``composer.cost.estimate``):
+    no trial runs, no study is created; two test requests per endpoint time it."""
     from composer.data import load_corpus
     from composer.errors import InputError
     from composer.study.estimate import price_study
@@ -245,7 +253,7 @@ def estimate_study(
     except InputError:  # no study yet: every trial is to run
         study = None
     held = len(inputs.held_out) if inputs.held_out is not None else 0
-    return price_study(inputs.data, study, name=name, target=target, held_out=held)
+    return price_study(inputs.data, study, name=name, target=target, held_out=held, timed=True)
 
 
 def _estimate_once(
@@ -296,6 +304,7 @@ def _inputs(
     space = load_search_space(exp.search_space, free=system is not None)
     corpus = load_corpus(exp.corpus) if exp.corpus is not None else Corpus([], "<none>")
     questions, questions_file, generated = _questions(exp, corpus, strict)
+    questions = study_questions(questions, exp.max_questions, exp.split)
     selection, held_out = split_questions(questions, exp.split)
     mismatch = language_warning(space, [d.text for d in corpus.documents[:500]])
     if mismatch:
@@ -323,9 +332,11 @@ def _inputs(
 
 
 def _tracker(
-    exp: ExperimentConfig, name: str, provenance: dict[str, Any], selection: QuestionSet
+    exp: ExperimentConfig, name: str, provenance: dict[str, Any], selection: QuestionSet,
+    weights: Iterable[str] = (),
 ) -> StudyTracker:
-    """The study's MLflow writer, with the gold answers its traces are assessed against."""
+    """The study's MLflow writer, with the gold answers its traces are assessed against and the weighted
+    metrics its runs page view shows."""
     from composer.tracking.runs import is_local_store
     from composer.tracking.writer import StudyTracker, WriterSettings
 
@@ -343,6 +354,7 @@ def _tracker(
                 q.id: {"expected_ids": list(q.relevant_ids), "expected_response": q.reference_answer}
                 for q in selection
             },
+            columns=tuple(weights),
         )
     )
 
@@ -381,7 +393,8 @@ def _run_trials(
         return
     guard = _optimize.FailureGuard(exp.stop)
     with StudyProgress(console, target, done, exp.timeout) as progress, _optimize.CtrlC() as ctrl_c:
-        runner = TrialRunner(data, target=target, on_stage=progress.stage, stop=exp.stop)
+        runner = TrialRunner(data, target=target, on_stage=progress.stage, on_start=progress.watch,
+                             stop=exp.stop)
         steering = ConstantMetrics(lambda: data.objective.weights)
         hooks: list[_optimize.TrialHook] = [ctrl_c.hook, progress, guard, steering]
         if target is not None:
@@ -426,7 +439,8 @@ def _retrieval_stage(
     first_data.settle(first)
     first_provenance = {**provenance, "objective": first_exp.objective.model_dump()}
     _check_same_data(first, first_provenance)
-    tracker = _tracker(first_exp, first.study_name, first_provenance, first_data.questions)
+    tracker = _tracker(first_exp, first.study_name, first_provenance, first_data.questions,
+                       first_data.objective.weights)
     status = "FAILED"
     try:
         tracker.ready()
@@ -493,6 +507,7 @@ def _provenance(
         "selection_fingerprint": selection.fingerprint(),
         "n_selection": len(selection),
         "split": None if exp.split is None else exp.split.model_dump(),
+        "max_questions": exp.max_questions,
         "search_space": space.source,
         "k_eval": exp.objective.k,
         "objective": exp.objective.model_dump(),

@@ -15,7 +15,7 @@ import logging
 import re
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext, suppress
 from datetime import datetime, timezone
 from pathlib import Path
@@ -64,10 +64,17 @@ EXPERIMENT_NOTE = (
     "Composer studies: each study is a parent run (`tags.composer.role = 'study'`) with one nested run per "
     "trial. The winner is tagged `composer.best = 'true'` and named \"★ best #N\"; pruned trials are "
     "KILLED (stopped early by the pruner) with `tags.composer.state = 'PRUNED'`. Sort by `metrics.composite` "
-    "(the study's run carries its best trial's, so it sorts first); each trial's Traces hold "
+    "(the study's run carries its best trial's composite, so the two lead, \"★ best #N\" first: MLflow puts "
+    "the newer run first on a tie); each trial's Traces hold "
     "one trace per question with its metrics as assessments, and `questions.json` its per-question table. "
     "The parent run holds the study's charts (`plots/*.png`), leaderboard and best config."
 )
+PRIMARY_METRIC_TAG = "mlflow.experiment.primaryMetric.name"
+"""The experiment tag naming the metric MLflow's run charts put first."""
+VIEW_TAG = "mlflow.sharedViewState."
+"""Prefix of the experiment tags holding the runs page's saved views (its "Views" menu, MLflow >= 3.15;
+a runs page URL with ``viewStateShareKey=<id>`` opens one). MLflow has no per-experiment default columns:
+its runs table starts on Source, Models and Dataset whatever the experiment."""
 MLFLOW_LOGGED_ARTIFACTS = "mlflow.loggedArtifacts"
 """The run tag through which MLflow's UI shows an artifact as a table (``MlflowClient.log_table`` sets it)."""
 
@@ -97,10 +104,12 @@ class RunWriter:
         max_traces: int | None = None,
         study_params: Mapping[str, Any] | None = None,
         expectations: Mapping[str, Mapping[str, Any]] | None = None,
+        columns: Sequence[str] = (),
     ) -> None:
         """``storage`` is the study's Optuna storage URL, where its parent run is elected
         (``ParentClaims``); ``expectations`` maps a question id to its gold (``expected_ids``,
-        ``expected_response``), logged on its traces and in each trial's question table."""
+        ``expected_response``), logged on its traces and in each trial's question table; ``columns``:
+        the metrics the study's saved view of the runs page shows (``runs_view``)."""
         import mlflow
         from mlflow import MlflowClient
         from mlflow.exceptions import MlflowException
@@ -121,7 +130,7 @@ class RunWriter:
                 prepare_mlflow_store(tracking_uri)
                 self.client: MlflowClient = MlflowClient(tracking_uri)
                 self.experiment_id = experiment_id(self.client, experiment, artifact_root)
-                self._describe_experiment()
+                self._describe_experiment(columns)
             self.parent_run_id = self._parent(study_params or {})
             self.segment = self._next_segment()
             self.logged = self._logged_trials()
@@ -165,13 +174,15 @@ class RunWriter:
         )
 
     # Set-up ------------------------------------------------------------------------------------------
-    def _describe_experiment(self) -> None:
+    def _describe_experiment(self, columns: Sequence[str]) -> None:
         """An experiment the MLflow UI opens on its runs (not the GenAI overview), with a description of
-        how a study is laid out; tags a user set are kept."""
+        how a study is laid out, the composite as its primary metric and the study's saved view of its
+        runs (``runs_view``); tags a user set are kept."""
         from mlflow.exceptions import MlflowException
 
         found = self.client.get_experiment(self.experiment_id)
-        wanted = {"mlflow.note.content": EXPERIMENT_NOTE, "mlflow.experimentKind": "custom_model_development"}
+        wanted = {"mlflow.note.content": EXPERIMENT_NOTE, "mlflow.experimentKind": "custom_model_development",
+                  PRIMARY_METRIC_TAG: COMPOSITE, **runs_view(self.study_name, columns)}
         for key, value in wanted.items():
             if key not in found.tags:
                 # another worker may set it in between (a server refuses the second: a unique key)
@@ -330,7 +341,7 @@ class RunWriter:
             self._traces(run_id, trial, report)
         self.traces_skipped += len(late)
         status = RUN_STATUS.get(trial.state.name, "FAILED")
-        self.client.set_terminated(run_id, status=status)
+        self.client.set_terminated(run_id, status=status, end_time=trial_end(trial))
         if traced:
             self.traced_seconds = time.perf_counter() - started
         self.logged[trial.number] = (run_id, status)
@@ -362,7 +373,8 @@ class RunWriter:
         run_id = found[0]
         self._traces(run_id, trial, report)
         self.client.set_tag(run_id, "composer.traces", f"written after the study: {why}")
-        self.client.set_terminated(run_id, status=RUN_STATUS.get(trial.state.name, "FAILED"))
+        self.client.set_terminated(run_id, status=RUN_STATUS.get(trial.state.name, "FAILED"),
+                                   end_time=trial_end(trial))
 
     def write_lost(self, trial: optuna.trial.FrozenTrial, reason: str) -> None:
         """A FAILED run for a trial whose process died. A run it already has is closed as FAILED: one
@@ -486,7 +498,8 @@ class RunWriter:
         # list shows the question and the answer themselves, not the root span's inputs and outputs as JSON.
         with safe_set_span_in_context(root):
             self._assess(root.trace_id, sample, judge)
-            mlflow.update_current_trace(request_preview=sample.question, response_preview=sample.answer)
+            mlflow.update_current_trace(request_preview=preview(sample.question),
+                                        response_preview=preview(sample.answer))
         root.end(outputs={"answer": sample.answer}, end_time_ns=t)
 
     def _root_span(self, sample: Any, number: int, start: int) -> LiveSpan:
@@ -614,8 +627,9 @@ def trial_files(
     memo: Memo | None = None,
 ) -> dict[str, bytes]:
     """A trial run's artifacts by name: config.yaml, the report's files (retrieved texts left out: the
-    parent run holds each index's) and questions.json, or a trial that failed before its report has its
-    error_rates.json (with its failure's reason). ``expectations``: see ``RunWriter``; ``memo``: the
+    parent run holds each index's) and questions.json, those of the questions a failed trial scored
+    before it failed, or a trial that failed before any has its error_rates.json; a failed trial's
+    error_rates.json says its failure's reason. ``expectations``: see ``RunWriter``; ``memo``: the
     study's (see ``Memo``)."""
     files: dict[str, bytes] = {}
     record = TrialRecord.of(trial)
@@ -623,8 +637,10 @@ def trial_files(
         files["config.yaml"] = dump_yaml(scrub(record.config)).encode()
     if report.report is not None:
         files.update(report_files(report.report, texts=False, expectations=expectations, memo=memo))
-    elif report.error_rates is not None:
-        rates = {**report.error_rates, "reason": record.error} if record is not None else report.error_rates
+    reason = record.error if record is not None else None
+    rates = report.error_rates if report.report is None else report.report.error_rates() if reason else None
+    if rates is not None:
+        rates = {**rates, "reason": reason} if reason is not None else rates
         files["error_rates.json"] = (json.dumps(scrub(rates), ensure_ascii=False, indent=2) + "\n").encode()
     return files
 
@@ -654,6 +670,29 @@ def trial_metrics(trial: optuna.trial.FrozenTrial, record: TrialRecord | None) -
     if trial.state.name == "PRUNED" and trial.intermediate_values:
         metrics["pruned_at_step"] = float(max(trial.intermediate_values))
     return metrics
+
+
+def view_id(study: str) -> str:
+    """The id of a study's saved view of the runs page (a tag key: letters, digits, ``_-.`` only)."""
+    return "composer-" + re.sub(r"[^\w.\-]", "_", study)
+
+
+def runs_view(study: str, columns: Sequence[str]) -> dict[str, str]:
+    """The experiment tag of the study's saved runs view: the composite and ``columns`` shown, sorted by
+    the composite, best first; none without columns."""
+    if not columns:
+        return {}
+    keys = [f"metrics.`{mlflow_metric_name(name)}`" for name in dict.fromkeys([COMPOSITE, *columns])]
+    state = {"selectedColumns": keys, "orderByKey": keys[0], "orderByAsc": False}
+    now = int(time.time() * 1000)
+    envelope = {"name": f"Composer: {study}", "createdAt": now, "updatedAt": now, "state": json.dumps(state)}
+    return {VIEW_TAG + view_id(study): json.dumps(envelope, ensure_ascii=False)}
+
+
+def trial_end(trial: optuna.trial.FrozenTrial) -> int | None:
+    """When the trial ended (ms), its run's end: the run shows the trial's duration, not the writer's."""
+    end = trial.datetime_complete
+    return None if end is None else int(end.timestamp() * 1000)
 
 
 def trial_run_name(number: int) -> str:
@@ -752,6 +791,17 @@ def mlflow_params(values: Mapping[str, Any]) -> list[Param]:
 def _param_value(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return text[:6000]
+
+
+PREVIEW_CHARS = 60
+"""Characters of a question or answer the traces table shows: MLflow lays a right-to-left text out in
+its left-to-right cell and cuts what overflows on the right, where Arabic and Persian begin."""
+
+
+def preview(text: str | None) -> str:
+    """``text`` short enough for the traces table's cell to show whole (its full text is on the trace)."""
+    text = " ".join((text or "").split())
+    return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS - 1].rstrip() + "…"
 
 
 def _retrieval_spans(root: LiveSpan, sample: Any, cfg: Mapping[str, Any], t: int) -> int:

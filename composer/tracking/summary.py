@@ -169,9 +169,10 @@ class JudgeAgreement:
         return [m for m, c in self.checks.items() if c is None]
 
     def weak(self) -> list[str]:
-        """Checked metrics whose kappa is below ``min_kappa`` (or undefined)."""
-        return [m for m, c in self.checks.items() if c is not None and not _at_least(c.get("kappa"),
-                                                                                        self.min_kappa)]
+        """Checked metrics whose kappa is below ``min_kappa`` (or undefined), or whose check could not
+        vouch for the judge (most labels without a verdict of its own)."""
+        return [m for m, c in self.checks.items() if c is not None and (
+            c.get("trusted") is False or not _at_least(c.get("kappa"), self.min_kappa))]
 
     def warning(self) -> str | None:
         """What a study says before its first trial when the judge is unchecked or agrees poorly; None
@@ -236,7 +237,8 @@ def _num(value: object) -> str:
 def _kappa_text(check: dict[str, Any] | None) -> str:
     check = check or {}
     kind = "weighted kappa" if check.get("scale") == "ordinal" else "kappa"
-    return f"{kind} {_num(check.get('kappa'))} on {check.get('n', 0)} labels"
+    untrusted = f" of {check.get('labels_total')}, not trusted" if check.get("trusted") is False else ""
+    return f"{kind} {_num(check.get('kappa'))} on {check.get('n', 0)} labels{untrusted}"
 
 
 @dataclass(frozen=True)

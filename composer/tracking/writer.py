@@ -77,6 +77,8 @@ class WriterSettings:
     study_params: Mapping[str, Any] | None = None
     expectations: Mapping[str, Mapping[str, Any]] | None = None
     """Question id -> its gold (``expected_ids``, ``expected_response``), for traces and question tables."""
+    columns: tuple[str, ...] = ()
+    """The weighted metrics the study's saved view of the MLflow runs page shows beside the composite."""
 
 
 class StudyTracker:
@@ -312,6 +314,7 @@ def serve(inbox: Connection, outbox: Connection) -> None:
             max_traces=settings.max_traces,
             study_params=settings.study_params,
             expectations=settings.expectations,
+            columns=settings.columns,
         )
     except InputError as exc:
         left.release()

@@ -58,7 +58,7 @@ def _baseline(files: dict[str, Path], folder: Path, edit: Any) -> Path:
     return folder
 
 
-def test_a_weighted_metric_the_baseline_did_not_score_is_exit_2(
+def test_a_stated_weighted_metric_the_baseline_did_not_score_is_exit_2(
     files: dict[str, Path], tmp_path: Path
 ) -> None:
     # What `eval --run` writes for a run without answers: retrieval metrics alone. Counted as 0, the
@@ -68,13 +68,19 @@ def test_a_weighted_metric_the_baseline_did_not_score_is_exit_2(
         return trace
 
     old = _baseline(files, tmp_path / "run", hits_only)
-    message = _bad(_eval(files, files["worse"], "--baseline", str(old)))
+    # An objective the user stated is never cut: a metric of it one side lacks is exit 2.
+    stated = ("--objective", "recall@10=1,token_f1=1")
+    message = _bad(_eval(files, files["worse"], "--baseline", str(old), *stated))
     assert f"{old / 'traces.jsonl'} (field 'token_f1'): the baseline has no value of 'token_f1'" in message
-    # Over the metrics both sides scored, the gate compares, and the k=1 system fails.
-    fair = _eval(files, files["worse"], "--baseline", str(old), "--objective", "recall@10=1,ndcg@10=1",
-                 "--json")
+    # Issue 42 changed the default objective's rule (it was exit 2 here too): the gate compares over the
+    # metrics both sides scored, names those left out, and the k=1 system fails.
+    fair = _eval(files, files["worse"], "--baseline", str(old), "--json")
     assert fair.exit_code == 1, fair.output
-    assert json.loads(fair.stdout)["gate"]["reason"].startswith("significantly worse")
+    gate = json.loads(fair.stdout)["gate"]
+    assert gate["reason"].startswith("significantly worse")
+    assert set(gate["weights"]) == {"recall@10", "ndcg@10"}
+    assert ("compared on the metrics both sides scored (recall@10, ndcg@10); left out: token_f1 (not scored "
+            "by the baseline), faithfulness_overlap (not scored by the baseline)") in gate["notes"]
 
 
 @pytest.mark.parametrize("metrics", ["NaN", "{}"])
@@ -94,7 +100,8 @@ def test_a_baseline_of_nan_or_no_metrics_is_exit_2(
         where = f"{old / 'traces.jsonl'}:1 (field 'metrics.hit_rate@1')"
         assert f"{where}: a metric is not a finite number: nan" in message
         return
-    assert f"{old / 'traces.jsonl'} (field 'recall@10'): the baseline has no value of 'recall@10'" in message
+    # The default objective, cut to the metrics both sides scored, has none left (issue 42's rule).
+    assert "error: field 'objective': the new system and the baseline share none of the metrics" in message
     message = _bad(_eval(files, files["winner"], "--baseline", str(old), "--metric", "ndcg@10"))
     assert "(field 'ndcg@10'): the baseline has no value of 'ndcg@10'" in message
 

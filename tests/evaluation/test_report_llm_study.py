@@ -256,9 +256,11 @@ def test_every_cell_header_and_link_is_escaped() -> None:
 
 def test_the_held_out_section_escapes_its_error_and_says_when_there_is_no_split() -> None:
     failed: dict[str, Any] = {"n_questions": 6, "error": "re-scoring trial #1 failed: <script>x</script>"}
-    section = _held_out_section(failed)
+    section = _held_out_section(failed, split=True, winner=True)
     assert "<script>" not in section and "&lt;script&gt;" in section and "6 held-out questions" in section
-    assert "no <code>split:</code>" in _held_out_section(None)
+    assert "no <code>split:</code>" in _held_out_section(None, split=False, winner=True)
+    assert "stopped before" in _held_out_section(None, split=True, winner=True)
+    assert "no trial completed" in _held_out_section(None, split=True, winner=False)
 
 
 @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600)])

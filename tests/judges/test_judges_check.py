@@ -195,7 +195,7 @@ def test_check_prints_a_table_logs_an_mlflow_run_and_its_agreement_travels(tmp_p
         url = server.url
         result = CliRunner().invoke(app, [
             "judges", "check", str(labels), "--judge", "openai/fake", "--llm-base", url,
-            "--metrics", "faithfulness", "--workdir", str(work), "--experiment", "judge-checks",
+            "--metrics", "faithfulness", "--workdir", str(work), "--mlflow-experiment", "judge-checks",
             "--tracking-uri", uri])
     assert result.exit_code == 0, result.output
     assert "faithfulness" in result.output and "Worst disagreements" in result.output

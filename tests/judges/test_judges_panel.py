@@ -169,7 +169,7 @@ def test_failed_answers_are_not_judged(server: FakeLLMServer, tmp_path: Path) ->
     assert set(judged) == {"ar1", "en1"}
 
 
-def test_judge_failures_fall_back_and_count_as_failed_samples(server: FakeLLMServer, tmp_path: Path) -> None:
+def test_judge_failures_fall_back_counted_apart_not_as_failed(server: FakeLLMServer, tmp_path: Path) -> None:
     answers = generated(server, tmp_path, QUESTIONS, CONTEXTS)
     server.route = lambda req: "Sorry, I can't produce JSON today."
     settings = JudgeSettings(metrics=("answer_correctness",))
@@ -177,7 +177,8 @@ def test_judge_failures_fall_back_and_count_as_failed_samples(server: FakeLLMSer
         QUESTIONS, answers, make_judges(judge_client(server, tmp_path, max_retries=0), settings)
     )
     en = judged["en1"]
-    assert en.failed and en.failures[0].startswith("answer_correctness: judge failed (bad_response")
+    assert not en.failed and en.fell_back  # scored: a judge fallback, not a failed sample
+    assert en.fallbacks[0].startswith("answer_correctness: judge failed (bad_response")
     assert en.metrics["answer_correctness"] is not None  # the token F1 fallback scored it
     assert "fell back to token_f1" in en.reasons["answer_correctness"]
 
@@ -197,10 +198,15 @@ def test_judging_stops_once_failures_pass_the_allowance(server: FakeLLMServer, t
 def test_the_failure_budget_counts_the_whole_run() -> None:
     budget = FailureBudget(40, 0.1)
     assert budget.allowed == 4 == allowed_failures(40, 0.1) and allowed_failures(3, 0.0) == 0
-    budget.spend(3, Usage())
+    budget.spend(1, Usage(), "generation")
+    budget.spend(2, Usage(), "judge")
     assert budget.remaining == 1
-    with pytest.raises(FailureBudgetExceeded, match="5 of 40 samples failed, above the allowed share of 10%"):
-        budget.spend(2, Usage())
+    with pytest.raises(FailureBudgetExceeded) as raised:
+        budget.spend(2, Usage(), "judge")
+    message = str(raised.value)
+    assert message.startswith("5 of 40 samples failed, above the allowed share of 10%: ")
+    assert "1 of 40 answers failed to generate; the judge failed on 4 of 40 samples" in message
+    assert FailureBudgetExceeded.stages_in(message) == ["generation", "judge"]
 
 
 def test_missing_llm_is_a_clear_error() -> None:

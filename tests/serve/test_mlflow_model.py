@@ -534,3 +534,78 @@ def test_the_registry_records_a_digest_of_every_file_and_loading_checks_it(
                 open_pipeline(artifacts)
         finally:
             path.write_bytes(original)
+
+
+class _NotServing:
+    """Stands in for the HTTP server: `composer serve` loads its model, then returns."""
+
+    started = should_exit = False
+
+    def run(self) -> None:
+        pass
+
+
+@pytest.mark.slow
+def test_register_prints_the_store_that_serve_reads_and_serve_finds_it_from_the_study(
+    registered: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 42, point 8: `export --register` says which store a later `serve` reads; `serve -e` or
+    `--workdir` reads the study's store without $MLFLOW_TRACKING_URI."""
+    import shlex
+
+    from test_serving_faults5 import unset_mlflow_store
+
+    import composer.serve.guard
+
+    tracking, workdir = registered
+    exp_file = workdir.parent / "experiment.yaml"
+    result = CliRunner().invoke(app, ["export", "reg", "-e", str(exp_file), "--register", "qa-served"])
+    assert result.exit_code == 0, result.output
+    (line,) = [x for x in result.output.splitlines() if "serve it with:" in x]
+    assert line == f"  serve it with: MLFLOW_TRACKING_URI={shlex.quote(tracking)} composer serve " \
+                   "models:/qa-served@challenger"
+    monkeypatch.chdir(tmp_path)
+    unset_mlflow_store(monkeypatch)
+    monkeypatch.setattr(composer.serve.guard, "server", lambda *args: _NotServing())
+    for where in (["-e", str(exp_file)], ["--workdir", str(workdir)]):
+        served = CliRunner().invoke(app, ["serve", "models:/qa-served@challenger", *where])
+        assert served.exit_code == 0, served.output
+        assert "serving qa-served@challenger (" in served.output
+    assert list(tmp_path.iterdir()) == []  # no ./mlflow.db
+
+
+@pytest.mark.slow
+def test_promote_refuses_the_held_out_loser_unless_forced(registered: tuple[str, Path]) -> None:
+    """Issue 42, point 9: the held-out verdict found the runner-up really better than the winner: no
+    model is registered without --force; with it the winner is promoted, and said to be the loser."""
+    import optuna
+    from mlflow import MlflowClient
+
+    from composer.study.experiment import default_storage
+    from composer.study.export import best_trial
+
+    tracking, workdir = registered
+    study = optuna.load_study(study_name="reg", storage=default_storage(workdir))
+    winner = best_trial(study).number
+    kept = study.user_attrs.get("held_out")
+    lost = {"n_questions": 6, "winner": {"trial": winner, "held_out_composite": 0.4},
+            "runner_up": {"trial": 1 - winner, "held_out_composite": 0.6},
+            "difference": {"mean": -0.2, "ci95": [-0.3, -0.1], "n_paired": 6, "winner_really_better": False,
+                           "runner_up_really_better": True}}
+    study.set_user_attr("held_out", lost)
+    client = MlflowClient(tracking)
+    exp_file = workdir.parent / "experiment.yaml"
+    args = ["export", "reg", "-e", str(exp_file), "--register", "qa-loser", "--promote"]
+    try:
+        refused = CliRunner().invoke(app, args)
+        assert refused.exit_code == 2 and len(refused.output.strip().splitlines()) == 1, refused.output
+        assert f"not promoting #{winner}" in refused.output
+        assert f"--trial {1 - winner} --promote" in refused.output
+        assert not client.search_registered_models("name = 'qa-loser'")
+        forced = CliRunner().invoke(app, [*args, "--force"])
+        assert forced.exit_code == 0, forced.output
+        assert "promoted anyway (--force)" in forced.output
+        champion = client.get_model_version_by_alias("qa-loser", "champion")
+        assert champion.tags["composer.trial"] == str(winner)
+    finally:
+        study.set_user_attr("held_out", kept)

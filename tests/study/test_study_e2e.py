@@ -27,10 +27,10 @@ from typer.testing import CliRunner
 
 from composer.cli.app import app
 from composer.data import load_questions
+from composer.evaluation.splits import split_questions
 from composer.record import TrialRecord
 from composer.study._storage import make_storage
 from composer.study.experiment import ExperimentConfig, load_experiment
-from composer.study.study import split_questions
 
 pytestmark = pytest.mark.slow  # every test reads one whole study (5 configurations, 60 questions)
 
@@ -119,7 +119,7 @@ def test_mlflow_parent_and_one_nested_run_per_trial(finished: Finished) -> None:
     parent_files = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"study_summary.json", "leaderboard.csv", "best_config.yaml", "plots"} <= parent_files
     plots = {Path(a.path).name for a in client.list_artifacts(parent.info.run_id, "plots")}
-    assert {"optimization_history.png", "param_importances.png"} <= plots
+    assert "optimization_history.png" in plots  # importances: not from 2 or 3 complete trials (_report)
 
     runs = trial_runs(finished)
     assert set(runs) == {t.number for t in finished.study.trials}

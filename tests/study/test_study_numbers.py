@@ -11,6 +11,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +104,10 @@ def test_the_held_out_verdict_reads_the_held_out_scores(
 
     def rescoring_as_a_then_b(self: StudyData, pipeline: RankingPipeline, questions: QuestionSet, *,
                               batch_size: int | None = None, on_batch: BatchHook | None = None,
-                              on_stage: StageHook | None = None) -> Scored:
-        scored = score(self, pipeline, questions, batch_size=batch_size, on_batch=on_batch, on_stage=on_stage)
+                              on_stage: StageHook | None = None,
+                              on_failure: Callable[[Scored], None] | None = None) -> Scored:
+        scored = score(self, pipeline, questions, batch_size=batch_size, on_batch=on_batch, on_stage=on_stage,
+                       on_failure=on_failure)
         if on_batch is not None:
             return scored  # a trial
         columns = (A, B)[len(rescored)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,8 @@ def test_a_failed_held_out_rescore_is_reported_and_the_study_finishes(
 
     def spending_or_failing(self: StudyData, pipeline: RankingPipeline, questions: QuestionSet, *,
                             batch_size: int | None = None, on_batch: BatchHook | None = None,
-                            on_stage: StageHook | None = None) -> Scored:
+                            on_stage: StageHook | None = None,
+                            on_failure: Callable[[Scored], None] | None = None) -> Scored:
         if on_batch is None:  # a held-out re-score: the winner's, then the runner-up's
             rescored.append(1)
             if len(rescored) == ("winner", "runner_up").index(failing) + 1:
@@ -116,7 +118,8 @@ def test_a_failed_held_out_rescore_is_reported_and_the_study_finishes(
         for usage in active_trackers():  # one (pretend) LLM call per trial
             usage.record_call(cached=False, failed=None)
             usage.record_request(100, 20, 0.5)
-        return score(self, pipeline, questions, batch_size=batch_size, on_batch=on_batch, on_stage=on_stage)
+        return score(self, pipeline, questions, batch_size=batch_size, on_batch=on_batch, on_stage=on_stage,
+                     on_failure=on_failure)
 
     monkeypatch.setattr(StudyData, "score", spending_or_failing)
     result = CliRunner().invoke(app, ["optimize", str(experiment)])

@@ -254,7 +254,8 @@ def test_report_writes_one_self_contained_page(tmp_path: Path) -> None:
     result = runner.invoke(app, ["report", "-e", str(exp_file), "--out", str(out)])
     assert result.exit_code == 0, result.output
     page = out.read_text(encoding="utf-8")
-    assert "<h2>Leaderboard</h2>" in page and page.count("data:image/png;base64,") == 2
+    assert "<h2>Leaderboard</h2>" in page and page.count("data:image/png;base64,") == 1  # the history
+    assert "<p>Not drawn: 4 complete trials of distinct configurations, fewer than the 5" in page
     assert "<script" not in page and 'src="http' not in page  # nothing fetched (MLflow runs are only linked)
     worst = page.split("worst questions</h2>")[1]
     assert "<table" in worst and "expected_ids" in worst and "No per-question table" not in worst
