@@ -215,8 +215,10 @@ def main() -> None:
             forward.shutdown()
             llama.terminate()
             llama.wait(30)
-        tail = [line for line in (run.stdout + run.stderr).splitlines() if line.strip()][-12:]
-        print("\n".join(tail))
+        lines = [line for line in (run.stdout + run.stderr).splitlines() if line.strip()]
+        print("\n".join(lines[-12:]))
+        # The study's own totals (its trials, the test request and the re-scores after the trials).
+        print("\n".join(line for line in lines if "requests sent" in line))
         served = sum(counts.status.values())
         print(f"\nSmolLM2-135M-Instruct ({model.name}) on llama.cpp, {args.questions} ARCD questions, "
               f"{args.trials} trials; composer optimize exited {run.returncode}")
@@ -226,7 +228,7 @@ def main() -> None:
         done, failed = ours.get("trials_complete", 0), ours.get("trials_fail", 0)
         print(f"| trials complete / failed | | {done} / {failed} |")
         print(f"| chat requests (by HTTP status) | {served} {dict(counts.status)} | "
-              f"{ours.get('llm_requests', 0)} (trials only; the preflight's 1 is the study's) |")
+              f"{ours.get('llm_requests', 0)} (in the trials' records) |")
         print(f"| prompt tokens | {counts.prompt_tokens} | {ours.get('llm_prompt_tokens', 0)} |")
         print(f"| completion tokens | {counts.completion_tokens} | {ours.get('llm_completion_tokens', 0)} |")
         print(f"| replies without usage | {counts.without_usage} | |")
