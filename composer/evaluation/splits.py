@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,7 +28,7 @@ def split_questions(
     """
     if split is None:
         return questions, None
-    ranked = sorted(questions, key=lambda q: hashlib.sha256(f"{split.seed}:{q.id}".encode()).hexdigest())
+    ranked = seeded_order(questions, split.seed)
     n_held = round(len(ranked) * split.held_out)
     if n_held == 0 or n_held == len(ranked):
         raise ConfigError(
@@ -68,9 +69,15 @@ def stratified_pick(questions: QuestionSet, n: int, seed: int) -> QuestionSet:
         counts[key] += 1
     picked: set[str] = set()
     for key, members in strata.items():
-        ranked = sorted(members, key=lambda q: hashlib.sha256(f"{seed}:{q.id}".encode()).hexdigest())
+        ranked = seeded_order(members, seed)
         picked.update(q.id for q in ranked[: counts[key]])
     return questions.subset(sorted(picked))
+
+
+def seeded_order(questions: Iterable[Question], seed: int) -> list[Question]:
+    """The questions ordered by a seeded hash of each id: the same order whatever the file's, so a split
+    or a pick by it takes the same questions however the file is sorted."""
+    return sorted(questions, key=lambda q: hashlib.sha256(f"{seed}:{q.id}".encode()).hexdigest())
 
 
 def _stratum(q: Question) -> tuple[bool, str]:
