@@ -23,7 +23,8 @@ NO_KEY = "no-key"
 """The key sent to a configured ``api_base`` when no ``api_key_env`` names one: an explicit placeholder,
 so that litellm never falls back to the provider's usual variable (``OPENAI_API_KEY``...) and sends it to
 that address; keyless servers (vLLM, llama.cpp, Ollama) ignore it."""
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+"""What an environment variable's name looks like (a key pasted in its place does not)."""
 _ALLOWED: set[str] = set()
 """Names allowed in this process (``allow_env``); forked workers inherit them."""
 
@@ -45,7 +46,7 @@ def allow_env(*names: str) -> None:
             pipe = composer.load_pipeline("best.yaml", "corpus.jsonl")
     """
     for name in names:
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not ENV_NAME.match(name):
             raise ConfigError(f"{name!r} is not an environment variable name", field="allow_env")
     _ALLOWED.update(names)
 
@@ -82,7 +83,7 @@ def read_key(name: str, *, field: str, path: str | Path | None = None) -> str:
 def allowed_list(names: list[str]) -> list[str]:
     """An experiment's ``allow_env:`` list, checked and allowed as the experiment is read (a validator:
     ValueError for a bad name, which the experiment's loader reports with its file and field)."""
-    bad = [name for name in names if not _NAME.match(name)]
+    bad = [name for name in names if not ENV_NAME.match(name)]
     if bad:
         raise ValueError(f"{bad[0]!r} is not an environment variable name")
     allow_env(*names)

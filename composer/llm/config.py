@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from composer.secrets import read_key
+from composer.secrets import ENV_NAME, read_key
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Parameters that would smuggle a secret or the endpoint past the fields that handle them.
 _RESERVED_PARAMS = frozenset(
     {"api_key", "api_base", "base_url", "model", "messages", "timeout", "num_retries"}
@@ -108,7 +106,7 @@ def check_params(value: dict[str, Any]) -> dict[str, Any]:
 
 def check_env_name(value: str | None) -> str | None:
     """Validate a field that names an environment variable holding a key (``api_key_env``)."""
-    if value is not None and not _ENV_NAME.match(value):
+    if value is not None and not ENV_NAME.match(value):
         # Do not echo the value: it may well be the key pasted into the wrong field.
         raise ValueError("must name an environment variable (e.g. OPENAI_API_KEY), not hold the key")
     return value
