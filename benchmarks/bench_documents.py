@@ -1,7 +1,8 @@
-"""PDF extractors on Arabic and Persian: pypdf (what ``composer.documents`` uses) against pdfminer.six, per
-page time and character similarity to the known text, as extracted and after ``composer.documents.repair``.
+"""PDF extractors on Arabic and Persian: pypdf (what ``composer.data.documents`` uses) against pdfminer.six,
+per page time and character similarity to the known text, as extracted and after
+``composer.data.documents.repair``.
 
-The PDFs are the test suite's (tests/documents/test_documents.py): three pages of known Arabic or Persian text
+The PDFs are the test suite's (tests/data/test_documents.py): three pages of known Arabic or Persian text
 repeated ``--repeat`` times, stored as typed, as presentation forms, and drawn right to left with and
 without presentation forms, with a running header and a page-number footer. pdfminer.six is not a
 dependency: install it to compare (``pip install pdfminer.six``).
@@ -30,7 +31,7 @@ def main() -> None:
     import test_documents as t
     from pypdf import PdfReader
 
-    from composer.documents.repair import repair_pages
+    from composer.data.documents.repair import repair_pages
 
     try:
         from pdfminer.high_level import extract_text

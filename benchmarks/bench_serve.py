@@ -97,7 +97,7 @@ PREDICT = """
 import sys, time
 t = time.perf_counter()
 import mlflow.pyfunc
-import composer.serve.mlflow_model as composer_model
+import composer.registered.mlflow_model as composer_model
 imported = time.perf_counter() - t
 opening = composer_model.open_pipeline
 spent = []

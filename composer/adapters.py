@@ -10,7 +10,7 @@ metadata, best first.
 from __future__ import annotations
 
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from composer.errors import ComposerError
 
@@ -19,10 +19,20 @@ if TYPE_CHECKING:
     from llama_index.core.retrievers import BaseRetriever as LlamaIndexRetriever
 
     from composer.data.types import Hit
-    from composer.pipeline.pipeline import Pipeline
 
 
-def langchain_retriever(pipeline: Pipeline, k: int | None = None) -> LangChainRetriever:
+class Searchable(Protocol):
+    """What an adapter needs of a pipeline (``composer.pipeline.Pipeline`` is one): its search, sync and
+    async, and a hit's citation. A Protocol, so that this module sits below the pipeline that offers it."""
+
+    def search(self, query: str, k: int | None = None) -> list[Hit]: ...
+
+    async def asearch(self, query: str, k: int | None = None) -> list[Hit]: ...
+
+    def citation(self, chunk_id: str) -> str: ...
+
+
+def langchain_retriever(pipeline: Searchable, k: int | None = None) -> LangChainRetriever:
     """``pipeline`` as a ``langchain_core`` retriever returning Documents.
 
     Args:
@@ -41,7 +51,7 @@ def langchain_retriever(pipeline: Pipeline, k: int | None = None) -> LangChainRe
     return retriever
 
 
-def llamaindex_retriever(pipeline: Pipeline, k: int | None = None) -> LlamaIndexRetriever:
+def llamaindex_retriever(pipeline: Searchable, k: int | None = None) -> LlamaIndexRetriever:
     """``pipeline`` as a ``llama_index.core`` retriever returning NodeWithScore.
 
     Args:
@@ -59,7 +69,7 @@ def llamaindex_retriever(pipeline: Pipeline, k: int | None = None) -> LlamaIndex
     return _llamaindex_class()(pipeline, k)
 
 
-def metadata(pipeline: Pipeline, hit: Hit) -> dict[str, Any]:
+def metadata(pipeline: Searchable, hit: Hit) -> dict[str, Any]:
     """What a framework document carries besides its text."""
     return {"id": hit.id, "doc_id": hit.doc_id, "score": hit.score, "citation": pipeline.citation(hit.id)}
 
@@ -115,7 +125,7 @@ def _llamaindex_class() -> type[Any]:
     class ComposerRetriever(BaseRetriever):
         """A Composer pipeline's search, as LlamaIndex nodes (metadata: id, doc_id, score, citation)."""
 
-        def __init__(self, pipeline: Pipeline, k: int | None = None) -> None:
+        def __init__(self, pipeline: Searchable, k: int | None = None) -> None:
             super().__init__()
             self.pipeline = pipeline
             self.k = k

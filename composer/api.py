@@ -227,7 +227,7 @@ def _judging(
     """The judge of an evaluation; metrics are checked by name whether or not a judge is given."""
     from composer.judges import JudgeConfig
     from composer.judges.panel import JUDGE_METRICS
-    from composer.study.experiment import known_metrics, unknown_metric
+    from composer.objective import known_metrics, unknown_metric
 
     wanted = list(metrics or ())
     for name in wanted:

@@ -85,7 +85,7 @@ def check_command(
     judge is then not trusted, whatever its agreement on the rest."""
     import json
 
-    from composer.judges.check import check, judge_config, log_check
+    from composer.calibration.check import check, judge_config, log_check
 
     store, name, workdir = _mlflow_target(experiment, mlflow_experiment, tracking_uri, workdir)
     found = read_labels(labels, questions)
@@ -169,7 +169,7 @@ def tune_command(
 
     import optuna
 
-    from composer.judges.tune import load_space, tune
+    from composer.calibration.tune import load_space, tune
 
     optuna.logging.set_verbosity(logging.WARNING)  # the table below lists every trial
     found = read_labels(labels, questions)

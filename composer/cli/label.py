@@ -33,10 +33,10 @@ def label_command(
     scores (bad, middling, good), or from one trial, as labels.csv (fill in its label column; then it is a
     labels file for `composer judges check`) and labels.html (each text in its own direction); prints the
     MLflow UI links to the trials' traces, for labelling there instead."""
+    from composer.calibration.sheet import labelling_sheet
     from composer.cli.report import ui_base
     from composer.errors import ConfigError
     from composer.judges.labels import PASSAGE_METRICS
-    from composer.judges.sheet import labelling_sheet
     from composer.pipeline.saved import SAVED_DIR
     from composer.study.experiment import locate_study
 

@@ -13,7 +13,7 @@ from composer.errors import ComposerError, InputError, StudyStopped
 
 if TYPE_CHECKING:
     from composer.study.experiment import ExperimentConfig
-    from composer.tracking.summary import HeldOut
+    from composer.summary import HeldOut
 
 
 def optimize_command(

@@ -45,7 +45,7 @@ ALLOW_ENV = typer.Option(
 
 
 def _allowed_modified(value: bool) -> bool:
-    from composer.serve.model_files import allow_modified_models
+    from composer.registered.model_files import allow_modified_models
 
     allow_modified_models(value)
     return value

@@ -235,7 +235,7 @@ def _held_out_section(stored: Any, *, split: bool, winner: bool) -> str:
     ``composer optimize`` prints it; what is missing is said, and why, not left blank. ``stored``: the
     study's ``held_out`` user attribute; ``split``: whether the experiment holds questions out;
     ``winner``: whether a trial completed."""
-    from composer.tracking.summary import HeldOut
+    from composer.summary import HeldOut
 
     held = HeldOut.from_dict(stored)
     if held is None and not winner:
@@ -266,7 +266,7 @@ def _held_out_section(stored: Any, *, split: bool, winner: bool) -> str:
 def _judge_section(stored: Any) -> str:
     """The judge's agreement with human labels per judged metric, and the warning when it is unchecked or
     low (``stored``: the study's ``judge_agreement`` user attribute)."""
-    from composer.tracking.summary import JudgeAgreement
+    from composer.summary import JudgeAgreement
 
     agreement = JudgeAgreement.from_dict(stored)
     if agreement is None:

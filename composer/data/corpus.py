@@ -9,9 +9,9 @@ In a folder, every .pdf, .docx, .pptx, .html/.htm, .md and .txt file below it (h
 excluded) is a document whose id is its path relative to the folder in POSIX form and NFC
 (``guides/setup.md``); one such file on its own is a corpus of one document named by its file name. Links
 are followed inside the folder; a link out of it is skipped unless ``follow_links`` (see
-``composer.documents.folder``). Titles are the PDF's or Word file's own title, the first heading
+``composer.data.documents.folder``). Titles are the PDF's or Word file's own title, the first heading
 (Markdown, Word, HTML), else the file stem; page and heading offsets go in the metadata (see
-``composer.documents``). Files that give no document (empty, encrypted, scanned,
+``composer.data.documents``). Files that give no document (empty, encrypted, scanned,
 damaged, too large, of another type, text that shows nothing, a FIFO or device, a broken link) are
 skipped with a warning and listed in ``Corpus.report``; with ``strict`` any of them is an error. In tables,
 a document whose text is missing, or shows nothing (only zero-width characters, direction marks, BOMs), is
@@ -40,8 +40,8 @@ from composer.files import check_regular
 from composer.unicode import invisible_only
 
 if TYPE_CHECKING:
-    from composer.documents import CorpusReport
-    from composer.documents.folder import Listing
+    from composer.data.documents import CorpusReport
+    from composer.data.documents.folder import Listing
 
 _ALIASES = {
     **dict.fromkeys(("id", "_id", "doc_id", "docid"), "id"),
@@ -56,10 +56,10 @@ def load_corpus(
 ) -> Corpus:
     """Load a corpus: a path (.jsonl, .json, .csv, .tsv, .xlsx, .parquet, a document file or a folder of
     them), a DataFrame or a list of dicts. ``cache_dir`` holds extracted document text (default: the user
-    cache, see ``composer.documents.cache``); ``follow_links`` reads what links in a folder point to out of
-    it (skipped by default)."""
-    # composer.documents builds Documents: imported late
-    from composer.documents.folder import DOCUMENT_EXTENSIONS, Listing
+    cache, see ``composer.data.documents.cache``); ``follow_links`` reads what links in a folder point to
+    out of it (skipped by default)."""
+    # composer.data.documents builds Documents: imported late
+    from composer.data.documents.folder import DOCUMENT_EXTENSIONS, Listing
 
     if isinstance(source, (str, Path)):
         path = Path(source)
@@ -88,7 +88,7 @@ def _document(row: dict[str, Any], where: Where, make_id: IdMaker) -> Document:
 
 
 def _load_folder(root: Path, strict: bool, cache_dir: Path | None, follow_links: bool) -> Corpus:
-    from composer.documents.folder import DOCUMENT_EXTENSIONS, list_folder
+    from composer.data.documents.folder import DOCUMENT_EXTENSIONS, list_folder
 
     listing = list_folder(root, follow_links=follow_links)
     if not listing.files and not listing.skipped:
@@ -97,7 +97,7 @@ def _load_folder(root: Path, strict: bool, cache_dir: Path | None, follow_links:
 
 
 def _load_files(root: Path, listing: Listing, strict: bool, cache_dir: Path | None) -> Corpus:
-    from composer.documents import read_documents
+    from composer.data.documents import read_documents
 
     documents, report = read_documents(root, listing.files, listing.unsupported, cache_dir,
                                        skipped=listing.skipped)

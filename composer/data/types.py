@@ -1,4 +1,4 @@
-"""The records that flow through Composer: documents, questions, retrieved hits."""
+"""The records that flow through Composer: documents, questions, retrieved hits, a stage's failure."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from composer.unicode import normal_id
 
 if TYPE_CHECKING:
-    from composer.documents.report import CorpusReport
+    from composer.data.documents.report import CorpusReport
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,19 @@ class Hit:
 
 Run = dict[str, list[Hit]]
 """Question id -> hits in the system's rank order."""
+
+
+@dataclass(frozen=True)
+class StageError:
+    """A failure in one stage of one question (retrieval, generation, judging...): counted, never fatal."""
+
+    stage: str
+    kind: str
+    message: str
+
+    def __str__(self) -> str:
+        """As samples.csv and the question table show it: ``generation: TimeoutError: ...``."""
+        return f"{self.stage}: {self.kind}: {self.message}"
 
 
 @dataclass

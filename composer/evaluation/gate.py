@@ -28,6 +28,7 @@ from pydantic import ValidationError
 
 from composer.data.fields import UniqueIds, Where
 from composer.errors import ConfigError, InputError, config_error
+from composer.evaluation.report import GateResult
 from composer.metrics.directions import bounds, refusal
 from composer.metrics.retrieval import RETRIEVAL_METRICS
 
@@ -35,8 +36,7 @@ if TYPE_CHECKING:
     from rich.console import Group
 
     from composer.evaluation.report import EvaluationReport
-    from composer.study.experiment import ObjectiveConfig
-    from composer.study.objective import Objective
+    from composer.objective import Objective, ObjectiveConfig
 
 logger = logging.getLogger(__name__)
 
@@ -96,38 +96,6 @@ class Scores:
                       self.objective)
 
 
-@dataclass(frozen=True)
-class GateResult:
-    """The gate's verdict: the two systems' scores, new minus baseline with its 95% paired bootstrap CI
-    over the ``n`` shared questions, and whether the new one passes (``passed``, with the ``reason``)."""
-
-    metric: str
-    weights: Mapping[str, float]
-    n: int
-    new: float
-    baseline: float
-    difference: float
-    ci95: tuple[float, float]
-    margin: float
-    passed: bool
-    reason: str
-    baseline_source: str
-    notes: tuple[str, ...] = ()
-
-    @property
-    def exit_code(self) -> int:
-        """What ``composer eval --baseline`` exits with: 0 passes, 1 fails the CI job."""
-        return 0 if self.passed else 1
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "metric": self.metric, "weights": dict(self.weights), "n": self.n, "new": self.new,
-            "baseline": self.baseline, "difference": self.difference, "ci95": list(self.ci95),
-            "margin": self.margin, "decision": "pass" if self.passed else "fail", "passed": self.passed,
-            "reason": self.reason, "baseline_source": self.baseline_source, "notes": list(self.notes),
-        }
-
-
 def compare(new: Scores, old: Scores, objective: Objective, *, metric: str, margin: float) -> GateResult:
     """The verdict on ``new`` against ``old`` (matched by question id) under ``objective``."""
     if not math.isfinite(margin) or margin < 0:
@@ -176,7 +144,7 @@ def shared(objective: Objective, new: Scores, old: Scores) -> Objective:
     retrieval-only system has no answer metrics, and counting them 0 called a better retriever
     "significantly worse". A stated objective is never cut (``Scores.require`` refuses it instead); with
     no weighted metric scored on both sides the gate refuses (exit 2)."""
-    from composer.study.objective import Objective
+    from composer.objective import Objective
 
     both = new.available() & old.available()
     kept = {key: weight for key, weight in objective.weights.items() if key in both}
@@ -202,8 +170,7 @@ def _means(columns: Mapping[str, npt.NDArray[np.float64]]) -> dict[str, float | 
 def gate_objective(metric: str, stated: ObjectiveConfig | None, available: set[str]) -> Objective:
     """What the gate compares: the composite of the stated objective (the study's default objective when
     none is stated), or one scored metric (``ndcg@10``) with weight 1."""
-    from composer.study.experiment import ObjectiveConfig
-    from composer.study.objective import Objective
+    from composer.objective import Objective, ObjectiveConfig
 
     if metric == COMPOSITE:
         return Objective.resolve(stated or ObjectiveConfig(), available)
@@ -219,8 +186,7 @@ def cutoffs_to_score(ks: Sequence[int], stated: ObjectiveConfig | None, metric: 
     """The cutoffs asked for, plus those the report's composite reads (the stated objective's; a gate on
     the composite without one reads the default's) and a gate's ``name@k`` ``metric`` (None: no gate):
     ``--k 5`` with an objective at @10 scores both, rather than refusing an objective it never named."""
-    from composer.study.experiment import ObjectiveConfig
-    from composer.study.objective import cutoffs
+    from composer.objective import ObjectiveConfig, cutoffs
 
     extra: set[int] = set()
     if stated is not None or metric == COMPOSITE:
@@ -367,7 +333,7 @@ def parse_objective(spec: str | Path | Mapping[str, float]) -> ObjectiveConfig:
 
 
 def _objective_config(data: Mapping[str, Any], source: str | Path, under: str) -> ObjectiveConfig:
-    from composer.study.experiment import ObjectiveConfig
+    from composer.objective import ObjectiveConfig
 
     try:
         return ObjectiveConfig.model_validate(dict(data))
@@ -378,7 +344,7 @@ def _objective_config(data: Mapping[str, Any], source: str | Path, under: str) -
 def with_objective(report: EvaluationReport, config: ObjectiveConfig, source: str) -> EvaluationReport:
     """The report with the composite of a stated objective (``summary()["objective"]``): its resolved
     weights, the value, where the objective came from, and the objective as stated."""
-    from composer.study.objective import Objective
+    from composer.objective import Objective
 
     means = report.means()
     objective = Objective.resolve(config, set(means))

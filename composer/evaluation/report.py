@@ -12,12 +12,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from composer.data.types import StageError as StageError
 from composer.evaluation.artifacts import (
     QUESTION_TABLE,
     Cells,
@@ -30,14 +31,10 @@ from composer.evaluation.artifacts import (
 from composer.evaluation.table import Column as Column
 from composer.evaluation.table import SampleRecord as SampleRecord
 from composer.evaluation.table import SampleTable as SampleTable
-from composer.evaluation.table import StageError as StageError
 from composer.evaluation.table import concat_tables as concat_tables
 from composer.evaluation.table import strict_json as strict_json
 from composer.files import write_atomic
 from composer.metrics import stats as metric_stats
-
-if TYPE_CHECKING:
-    from composer.evaluation.gate import GateResult
 
 
 @dataclass(frozen=True)
@@ -49,6 +46,38 @@ class MetricStats:
     ci_low: float
     ci_high: float
     n: int
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The gate's verdict: the two systems' scores, new minus baseline with its 95% paired bootstrap CI
+    over the ``n`` shared questions, and whether the new one passes (``passed``, with the ``reason``)."""
+
+    metric: str
+    weights: Mapping[str, float]
+    n: int
+    new: float
+    baseline: float
+    difference: float
+    ci95: tuple[float, float]
+    margin: float
+    passed: bool
+    reason: str
+    baseline_source: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        """What ``composer eval --baseline`` exits with: 0 passes, 1 fails the CI job."""
+        return 0 if self.passed else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric, "weights": dict(self.weights), "n": self.n, "new": self.new,
+            "baseline": self.baseline, "difference": self.difference, "ci95": list(self.ci95),
+            "margin": self.margin, "decision": "pass" if self.passed else "fail", "passed": self.passed,
+            "reason": self.reason, "baseline_source": self.baseline_source, "notes": list(self.notes),
+        }
 
 
 class EvaluationReport:

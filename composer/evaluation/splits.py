@@ -10,13 +10,22 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pydantic import Field
+
 from composer.data.types import QuestionSet
 from composer.errors import ConfigError, InputError
+from composer.settings import Strict
 
 if TYPE_CHECKING:
     from composer.data.types import Question
     from composer.protocols import Split
-    from composer.study.experiment import SplitConfig
+
+
+class SplitConfig(Strict):
+    """Hold questions out of the search to re-score the winner on data it was not chosen on."""
+
+    held_out: float = Field(gt=0.0, lt=1.0, description="Fraction of the questions held out.")
+    seed: int = 0
 
 
 def split_questions(
@@ -91,7 +100,6 @@ def study_split(questions: QuestionSet, export: Path, split: Split) -> QuestionS
     """The study's selection or held-out questions, split by the seed and share its export recorded
     (``provenance.split``), so that ``eval --config best.yaml --split selection`` gives the trial's
     figures; ``all``: every question."""
-    from composer.study.experiment import SplitConfig
     from composer.yamlfile import read_yaml
 
     if split == "all":

@@ -31,9 +31,8 @@ import numpy as np
 
 from composer.data.fields import normal_id
 from composer.data.ranking import Ranking, ranking_from_run
-from composer.data.types import Corpus, Hit, Question, Run
+from composer.data.types import Corpus, Hit, Question, Run, StageError
 from composer.errors import ComposerError
-from composer.evaluation.report import StageError
 from composer.evaluation.runs import run_table
 from composer.generation import Answer
 from composer.llm.prompt import prompt_language

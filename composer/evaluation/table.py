@@ -16,23 +16,10 @@ import numpy as np
 import numpy.typing as npt
 
 from composer.data.ranking import Ranking
-from composer.data.types import Hit
+from composer.data.types import Hit, StageError
 
 Column = npt.NDArray[np.float64]
 """One value per question; NaN where the question was not scored (or the stage did not run)."""
-
-
-@dataclass(frozen=True)
-class StageError:
-    """A failure in one stage of one question (retrieval, generation, judging...): counted, never fatal."""
-
-    stage: str
-    kind: str
-    message: str
-
-    def __str__(self) -> str:
-        """As samples.csv and the question table show it: ``generation: TimeoutError: ...``."""
-        return f"{self.stage}: {self.kind}: {self.message}"
 
 
 @dataclass

@@ -29,6 +29,7 @@ from composer.data.readers import read_source
 from composer.data.types import Question
 from composer.errors import InputError
 from composer.judges.panel import JUDGE_METRICS
+from composer.metrics.names import mlflow_metric_name
 
 Scale = Literal["binary", "ordinal"]
 """Pass/fail labels (0/1), or ordinal ratings (1-5)."""
@@ -49,7 +50,7 @@ _ALIASES = {
     "rationale": "rationale",
 }
 IGNORED = ("trial", "judge_score")
-"""Columns a labelling sheet adds (``composer.judges.sheet``) that a labels file may keep."""
+"""Columns a labelling sheet adds (``composer.calibration.sheet``) that a labels file may keep."""
 PASSAGE_METRICS = ("faithfulness", "context_precision", "context_recall")
 """Metrics judged against the answer's passages: their labels need the passages (``contexts``)."""
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
@@ -253,7 +254,7 @@ def labels_from_mlflow(
     found = client.get_experiment_by_name(experiment)
     if found is None:
         raise InputError(f"no MLflow experiment named {experiment!r} in {tracking_uri}", field="experiment")
-    names = {mlflow_name(m): m for m in metrics}
+    names = {mlflow_metric_name(m): m for m in metrics}
     source = f"mlflow:{experiment}"
     newest: dict[tuple[str, str], Label] = {}
     page: str | None = None
@@ -279,13 +280,6 @@ def labels_from_mlflow(
     labels = list(newest.values())
     check_scales(labels)
     return labels
-
-
-def mlflow_name(metric: str) -> str:
-    """The name a metric's feedback has on a trace (MLflow rejects "@")."""
-    from composer.tracking.runs import mlflow_metric_name
-
-    return mlflow_metric_name(metric)
 
 
 def _trace_label(trace: Any, feedback: Any, metric: str, where: Where) -> Label:

@@ -24,7 +24,7 @@ from composer.llm.config import LLMConfig
 from composer.llm.usage import Usage
 from composer.locks import FileLock
 from composer.redact import scrub_url
-from composer.tracking.summary import JudgeAgreement
+from composer.summary import JudgeAgreement
 
 logger = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from composer.retrieval.expansion import Expansion, QueryExpander
 from composer.retrieval.retriever import Branches, Latency, Retriever
 
 if TYPE_CHECKING:
-    from composer.evaluation.report import StageError
+    from composer.data.types import StageError
 
 logger = logging.getLogger(__name__)
 

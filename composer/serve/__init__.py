@@ -1,7 +1,8 @@
 """A Composer pipeline as an HTTP service (``composer serve``): see ``create_app`` and ``load_engine``.
 
-The names are imported on first use: a registered model's pyfunc loader imports this package for
-``composer.serve.mlflow_model``, and should not pay for FastAPI (~1 s) to answer a ``predict``.
+The names are imported on first use: a model registered by an earlier Composer pickled its class under
+``composer.serve.mlflow_model``, so its pyfunc loader imports this package, and should not pay for FastAPI
+(~1 s) to answer a ``predict``.
 """
 
 from __future__ import annotations

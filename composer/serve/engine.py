@@ -193,10 +193,10 @@ def load_engine(
 
 
 def _model_engine(uri: str, corpus: Path | None) -> Engine:
-    """A registered Composer model's pipeline, opened from its files (``composer.serve.model_files``);
+    """A registered Composer model's pipeline, opened from its files (``composer.registered.model_files``);
     another pyfunc model's pipeline when it exposes one (the model itself, or its ``pipeline``), else its
     ``predict``. With ``corpus`` the pipeline is (re)indexed on it: a model may carry its config only."""
-    from composer.serve.model_files import composer_artifacts, open_pipeline, registered_folder
+    from composer.registered.model_files import composer_artifacts, open_pipeline, registered_folder
 
     name = uri.split(":/", 1)[1].strip("/") or uri
     store = _existing_store(uri)

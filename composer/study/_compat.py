@@ -19,7 +19,7 @@ from composer.redact import flatten, scrub_url
 if TYPE_CHECKING:
     import optuna
 
-    from composer.study.experiment import ObjectiveConfig
+    from composer.objective import ObjectiveConfig
     from composer.study.space import Dimension, SearchSpace
 
 ATTR = "composer.compat"

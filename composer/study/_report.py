@@ -13,7 +13,7 @@ from composer.llm.spend import Spend
 from composer.record import TrialRecord
 from composer.redact import scrub_url
 from composer.study.leaderboard import ranked_trials
-from composer.tracking.summary import (
+from composer.summary import (
     Contender,
     Difference,
     HeldOut,
@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from composer.data.types import QuestionSet
+    from composer.objective import Objective
     from composer.study.experiment import ExperimentConfig
-    from composer.study.objective import Objective
     from composer.study.runner import StudyData
 
 logger = logging.getLogger(__name__)

@@ -15,97 +15,25 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
-    field_validator,
     model_validator,
 )
 
 from composer.errors import ConfigError, config_error
+from composer.evaluation.splits import SplitConfig
 from composer.judges.config import JudgeConfig, load_judge_file
 from composer.llm.config import LLMConfig
-from composer.metrics.directions import DIRECTIONS, UNBOUNDED, refusal
-from composer.metrics.retrieval import RETRIEVAL_METRICS
+from composer.objective import SECONDARY_DIRECTIONS, ObjectiveConfig
 from composer.secrets import allowed_list
+from composer.settings import Strict
 from composer.synth.config import SynthConfig
 from composer.yamlfile import read_yaml
 
 DEFAULT_WORKDIR = Path(".composer")
 
-SECONDARY_DIRECTIONS: dict[str, Literal["minimize", "maximize"]] = {
-    name: "minimize" if DIRECTIONS[name] == "lower" else "maximize" for name in UNBOUNDED
-}
-"""The study's secondary objectives (cost-like, unbounded) and Optuna's direction for each, read from the one
-table of metric directions."""
-SECONDARY_METRICS: dict[str, str] = {"llm_cost_usd": "llm_cost_per_question_usd"}
-"""A secondary objective's metric key where it differs from its name: ``llm_cost_usd`` is read per question
-(a trial's total grows with the questions it ran, which a pruned trial ran fewer of)."""
-
-ANSWER_METRICS: tuple[str, ...] = ("token_f1", "exact_match", "faithfulness_overlap", "answer_refusal_rate",
-                                   "refusal_accuracy")
-"""Deterministic metrics of an answer: free, but only with answers (which a retrieval-only study skips)."""
-
-
-def known_metrics() -> list[str]:
-    """Every metric name an objective may weigh (retrieval metrics also as ``name@k``)."""
-    from composer.judges.panel import JUDGE_METRICS  # the judges pull in the LLM client: on first check only
-
-    return [*RETRIEVAL_METRICS, *ANSWER_METRICS, *JUDGE_METRICS, "grounded"]
-
-
-def unknown_metric(name: str) -> bool:
-    """A name no study could ever score: a typo, which must not silently drop out of the objective."""
-    base, at, k = name.partition("@")
-    if at:
-        return base not in RETRIEVAL_METRICS or not k.isdigit() or int(k) < 1
-    return name not in known_metrics()
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ObjectiveConfig(_Strict):
-    """A weighted mean of quality metrics at one fixed cutoff, plus optional cost objectives."""
-
-    metrics: dict[str, float] = Field(
-        default_factory=lambda: {"recall": 1.0, "ndcg": 1.0, "answer_correctness": 1.0, "faithfulness": 1.0},
-        description="Metric -> weight. Retrieval metrics are read at the fixed cutoff `k`.",
-    )
-    k: int = Field(default=10, ge=1, description="Fixed cutoff for retrieval metrics (never the trial's k).")
-    secondary: list[Literal["latency_ms", "context_tokens", "llm_cost_usd"]] = Field(
-        default_factory=list,
-        description="Extra objectives to minimize (llm_cost_usd: dollars per question); more than one "
-        "objective -> NSGA-II."
-    )
-
-    @field_validator("metrics")
-    @classmethod
-    def _known_metrics(cls, metrics: dict[str, float]) -> dict[str, float]:
-        unknown = [m for m in metrics if unknown_metric(m)]
-        if unknown:
-            raise ValueError(
-                f"unknown metric {unknown[0]!r}; known: {', '.join(known_metrics())} "
-                "(retrieval metrics are read at k, or name one with its cutoff, e.g. recall@5)"
-            )
-        refused = [why for m, w in metrics.items() if w and (why := refusal(m, "a composite"))]
-        if refused:
-            raise ValueError(refused[0])
-        return metrics
-
-    @model_validator(mode="after")
-    def _positive_weights(self) -> ObjectiveConfig:
-        if not self.metrics:
-            raise ValueError("name at least one metric")
-        bad = [m for m, w in self.metrics.items() if w < 0]
-        if bad or sum(self.metrics.values()) <= 0:
-            raise ValueError(f"weights must be >= 0 with a positive sum (check {bad or list(self.metrics)})")
-        return self
-
-
-class _Named(_Strict):
+class _Named(Strict):
     """``name`` plus keyword options for the Optuna class; a bare string is the name alone."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
@@ -129,14 +57,7 @@ class PrunerConfig(_Named):
     name: Literal["median", "percentile", "hyperband", "successive_halving", "none"] = "median"
 
 
-class SplitConfig(_Strict):
-    """Hold questions out of the search to re-score the winner on data it was not chosen on."""
-
-    held_out: float = Field(gt=0.0, lt=1.0, description="Fraction of the questions held out.")
-    seed: int = 0
-
-
-class StopConfig(_Strict):
+class StopConfig(Strict):
     """When failing trials end a study. A fault (a dead endpoint, a broken store, a bad key) fails every
     trial alike, and failed trials hold none of the ``n_trials``: without a limit the study would loop,
     and bill a paid LLM that answers 429, without end. Counted over the study's trials in number order,
@@ -163,7 +84,7 @@ class StopConfig(_Strict):
     )
 
 
-class StagesConfig(_Strict):
+class StagesConfig(Strict):
     """How ``strategy: staged`` splits ``n_trials``: stage 1 searches the retrieval dimensions on the
     objective's retrieval metrics (no LLM call), stage 2 the generation dimensions over stage 1's best."""
 
@@ -179,7 +100,7 @@ class StagesConfig(_Strict):
     )
 
 
-class MlflowConfig(_Strict):
+class MlflowConfig(Strict):
     tracking_uri: str | None = Field(default=None, description="Default: sqlite:///<workdir>/mlflow.db")
     experiment: str | None = Field(default=None, description="MLflow experiment; default the study name.")
     traces: int | None = Field(
@@ -206,7 +127,7 @@ def check_study_name(name: str) -> str:
 _STUDY_NAME = re.compile(r"[\w.\-]+")
 
 
-class ExperimentConfig(_Strict):
+class ExperimentConfig(Strict):
     name: Annotated[str, AfterValidator(check_study_name)]
     corpus: Path | None = Field(
         default=None, description="The corpus; optional with system: (the system searches its own)."

@@ -17,7 +17,7 @@ from composer.record import TrialRecord
 from composer.redact import scrub, scrub_url
 from composer.study._report import JUDGE_ATTR
 from composer.study.leaderboard import STUDY_ATTR, ranked_trials
-from composer.tracking.summary import JudgeAgreement
+from composer.summary import JudgeAgreement
 from composer.version import composer_version
 from composer.yamlfile import dump_yaml
 

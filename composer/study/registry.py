@@ -1,5 +1,5 @@
 """Register a study's winner in the MLflow Model Registry: logged as a self-contained pyfunc model
-(``composer.serve.mlflow_model``) on the trial's own MLflow run, so the registry entry links back to the
+(``composer.registered.mlflow_model``) on the trial's own MLflow run, so the registry entry links back to the
 trial's params, metrics and traces; aliased ``challenger``, and ``champion`` when promoted.
 
 The model version carries the evidence for it (tags and description): study, trial, objective, selection
@@ -24,8 +24,8 @@ from composer.pipeline.saved import SAVED_DIR
 from composer.record import TrialRecord
 from composer.redact import scrub_url
 from composer.study.export import export_document
+from composer.summary import HeldOut
 from composer.tracking.runs import ROLE_TAG, STUDY_TAG, TRIAL_TAG
-from composer.tracking.summary import HeldOut
 
 if TYPE_CHECKING:
     import optuna
@@ -205,9 +205,9 @@ def _embedder(config: dict[str, Any], files: dict[str, str]) -> dict[str, str]:
 
 def _manifest(tmp: Path, files: dict[str, str], config: dict[str, Any],
               server: dict[str, str] | None) -> dict[str, str]:
-    """The model's manifest (``composer.serve.manifest``) written and added to ``files``; the tags that
+    """The model's manifest (``composer.registered.manifest``) written and added to ``files``; the tags that
     record it: its digest, the endpoints and the key variables the model names."""
-    from composer.serve.manifest import (
+    from composer.registered.manifest import (
         ARTIFACT,
         DIGEST_TAG,
         ENDPOINTS_TAG,
@@ -283,7 +283,7 @@ def _log(client: Any, doc: dict[str, Any], artifacts: dict[str, str], run_id: st
     again now: its status and end time are put back, so the run still says when the trial finished."""
     import mlflow
 
-    from composer.serve.mlflow_model import ComposerModel, signature
+    from composer.registered.mlflow_model import ComposerModel, signature
 
     ended = client.get_run(run_id).info
     example = [_example_question(doc)]

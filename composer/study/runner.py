@@ -39,6 +39,7 @@ from composer.evaluation.system import NotASystem
 from composer.files import disk_full_error
 from composer.judges import JudgeConfig
 from composer.llm import LLMConfig, Usage, track_usage
+from composer.objective import NothingToScore, Objective, ObjectiveConfig, available_metrics, needs_answers
 from composer.pipeline.config import PipelineConfig
 from composer.protocols import SystemFactory
 from composer.record import FailureKind, TrialRecord
@@ -46,9 +47,8 @@ from composer.redact import scrub_url
 from composer.study import _optuna, budget
 from composer.study._optimize import target_reached
 from composer.study._workers import twin_retry
-from composer.study.experiment import ObjectiveConfig, StopConfig
+from composer.study.experiment import StopConfig
 from composer.study.leaderboard import WEIGHTS_ATTR
-from composer.study.objective import NothingToScore, Objective, available_metrics, needs_answers
 from composer.study.space import SearchSpace
 from composer.tracking.trial import TrialReport
 

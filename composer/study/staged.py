@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from composer.errors import ComposerError, ConfigError, option
 from composer.metrics.retrieval import RETRIEVAL_METRICS
-from composer.study.experiment import ExperimentConfig, ObjectiveConfig
+from composer.objective import ObjectiveConfig
+from composer.study.experiment import ExperimentConfig
 from composer.study.runner import StudyData
 from composer.study.space import Dimension, SearchSpace
 

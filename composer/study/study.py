@@ -36,7 +36,7 @@ from composer.study.experiment import ExperimentConfig, import_factory
 from composer.study.leaderboard import STUDY_ATTR, leaderboard, ranked_trials, report_console
 from composer.study.runner import StudyData, TrialRunner
 from composer.study.space import SearchSpace, language_warning, load_search_space
-from composer.tracking.summary import HeldOut, StudySummary
+from composer.summary import HeldOut, StudySummary
 from composer.version import composer_version
 
 if TYPE_CHECKING:

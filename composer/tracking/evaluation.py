@@ -8,10 +8,11 @@ import time
 from typing import TYPE_CHECKING
 
 from composer.errors import InputError
+from composer.metrics.names import mlflow_metric_name
 from composer.mlflow_store import prepare_mlflow_store
 from composer.redact import scrub_url
 from composer.store import sqlite_file
-from composer.tracking.runs import experiment_id, mlflow_metric_name, mlflow_params
+from composer.tracking.runs import experiment_id, mlflow_params
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

@@ -27,12 +27,13 @@ from composer.evaluation.artifacts import QUESTION_TABLE, Memo
 from composer.evaluation.report import report_files
 from composer.files import plain_name, write_atomic
 from composer.locks import FileLock
+from composer.metrics.names import mlflow_metric_name
 from composer.mlflow_store import prepare_mlflow_store
 from composer.record import TrialRecord
 from composer.redact import flatten, scrub, scrub_url
 from composer.store import sqlite_file, use_wal
+from composer.summary import StudySummary
 from composer.tracking.parent import ParentClaims
-from composer.tracking.summary import StudySummary
 from composer.tracking.trial import TrialReport, trial_config
 from composer.yamlfile import dump_yaml
 
@@ -77,14 +78,6 @@ a runs page URL with ``viewStateShareKey=<id>`` opens one). MLflow has no per-ex
 its runs table starts on Source, Models and Dataset whatever the experiment."""
 MLFLOW_LOGGED_ARTIFACTS = "mlflow.loggedArtifacts"
 """The run tag through which MLflow's UI shows an artifact as a table (``MlflowClient.log_table`` sets it)."""
-
-_METRIC_NAME = re.compile(r"[^\w\-. /]")
-
-
-def mlflow_metric_name(name: str) -> str:
-    """MLflow rejects "@": ``recall@10`` is logged as ``recall_at_10``."""
-    return _METRIC_NAME.sub("_", name.replace("@", "_at_"))
-
 
 def is_local_store(tracking_uri: str) -> bool:
     return tracking_uri.startswith(("sqlite:", "sqlite+", "file:")) or "://" not in tracking_uri

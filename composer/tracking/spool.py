@@ -42,7 +42,7 @@ from composer.data.types import Hit
 from composer.evaluation.report import EvaluationReport, SampleTable, StageError
 from composer.files import atomic_output, not_regular, plain_name
 from composer.locks import FileLock
-from composer.tracking.summary import (
+from composer.summary import (
     Contender,
     Difference,
     HeldOut,

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from composer.llm.spend import purpose_metrics
-from composer.tracking.runs import mlflow_metric_name, mlflow_params
+from composer.metrics.names import mlflow_metric_name
+from composer.tracking.runs import mlflow_params
 
 
 def log_report_to_mlflow(

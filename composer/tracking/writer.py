@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from composer.data.ranking import ChunkTable
 from composer.errors import ComposerError, InputError
 from composer.locks import FileLock
+from composer.summary import StudyLog, StudySummary
 from composer.tracking.spool import (
     RECORD,
     TABLES,
@@ -36,7 +37,6 @@ from composer.tracking.spool import (
     refusal,
     set_aside,
 )
-from composer.tracking.summary import StudyLog, StudySummary
 from composer.tracking.trial import TrialReport
 
 if TYPE_CHECKING:

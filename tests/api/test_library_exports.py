@@ -362,7 +362,7 @@ def test_a_trials_identity_is_what_the_space_builds_before_the_llm_blocks_settin
 
     from composer.data.types import Corpus, QuestionSet
     from composer.llm.config import LLMConfig
-    from composer.study.experiment import ObjectiveConfig
+    from composer.objective import ObjectiveConfig
     from composer.study.runner import StudyData, config_hash
     from composer.study.space import parse_search_space
 

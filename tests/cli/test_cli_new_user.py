@@ -324,8 +324,7 @@ def test_trials_from_another_folder_read_the_work_dir_beside_the_experiment(
 
 def _exported_study(tmp_path: Path, *, runner_up_better: bool) -> tuple[str, Path, Any]:
     """A study of two trials over the sample's questions, split 25% held out, its held-out verdict given."""
-    from composer.evaluation.splits import split_questions
-    from composer.study.experiment import SplitConfig
+    from composer.evaluation.splits import SplitConfig, split_questions
 
     questions = load_questions(SAMPLE / "questions.jsonl")
     selection, _ = split_questions(questions, SplitConfig(held_out=0.25, seed=0))

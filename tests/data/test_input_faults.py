@@ -167,7 +167,7 @@ def test_a_link_into_a_hidden_folder_is_not_read(tmp_path: Path) -> None:
 def test_a_folder_file_that_becomes_a_fifo_or_device_after_its_check_is_never_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bounded_memory: None
 ) -> None:
-    from composer.documents import folder
+    from composer.data.documents import folder
 
     os.mkfifo(tmp_path / "pipe.md")
     (tmp_path / "zero.md").symlink_to("/dev/zero")

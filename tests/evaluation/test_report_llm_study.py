@@ -26,7 +26,7 @@ from composer.data import load_questions
 from composer.files import write_atomic
 from composer.record import TrialRecord
 from composer.study.experiment import ExperimentConfig, load_experiment
-from composer.tracking.summary import HeldOut
+from composer.summary import HeldOut
 
 SPACE = "dimensions:\n  retrieval.mode: {choices: [bm25]}\n  retrieval.k: {type: int, low: 1, high: 20}\n"
 EXPERIMENT = """name: r3

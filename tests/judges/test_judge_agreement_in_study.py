@@ -18,7 +18,7 @@ from composer.cli.app import app
 from composer.data import load_questions
 from composer.judges.config import JudgeConfig
 from composer.judges.trust import agreement_warning, judge_key, store_checks
-from composer.tracking.summary import JudgeAgreement
+from composer.summary import JudgeAgreement
 
 SPACE = """
 defaults:

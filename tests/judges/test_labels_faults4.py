@@ -13,9 +13,9 @@ import pytest
 from fake_llm_server import ChatRequest, FakeLLMServer, Reply
 from typer.testing import CliRunner
 
+from composer.calibration.sheet import LabellingSheet, SheetRow
 from composer.cli.app import app
 from composer.judges.labels import csv_cell, load_labels, plain_cell
-from composer.judges.sheet import LabellingSheet, SheetRow
 
 UNREACHABLE = "http://127.0.0.1:9/v1"  # nothing is sent: every refusal comes before the first call
 

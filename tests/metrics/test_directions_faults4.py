@@ -14,7 +14,8 @@ from sample_study import write_experiment
 from composer.errors import ConfigError, InputError
 from composer.evaluation.gate import gate_objective, parse_objective
 from composer.metrics.directions import DIRECTIONS, bounds, lower_is_better
-from composer.study.experiment import SECONDARY_DIRECTIONS, ObjectiveConfig, known_metrics, load_experiment
+from composer.objective import SECONDARY_DIRECTIONS, ObjectiveConfig, known_metrics
+from composer.study.experiment import load_experiment
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "reference" / "metrics.md"
 

@@ -270,7 +270,7 @@ def test_a_qdrant_server_index_is_referenced_not_copied(
     from composer.errors import ComposerError
     from composer.index import ClientBackend
     from composer.pipeline.pipeline import Pipeline
-    from composer.serve.mlflow_model import open_pipeline
+    from composer.registered.mlflow_model import open_pipeline
     from composer.study.registry import Where, _artifacts
 
     config = {"retrieval": {"mode": "bm25", "k": 5}}
@@ -355,7 +355,7 @@ def test_a_local_embedding_model_is_copied_into_the_model(tmp_path: Path) -> Non
 
 def _model_artifacts(tracking: str, uri: str = "models:/qa-model@champion") -> dict[str, str]:
     """The registered model's artifacts (name -> local path), found the way `composer serve` finds them."""
-    from composer.serve.model_files import composer_artifacts, registered_folder
+    from composer.registered.model_files import composer_artifacts, registered_folder
 
     folder = registered_folder(uri, tracking)
     assert folder is not None, "an SQLite registry with local artifacts is read without MLflow"
@@ -367,7 +367,7 @@ def _model_artifacts(tracking: str, uri: str = "models:/qa-model@champion") -> d
 def _before_manifests(artifacts: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """The artifacts of a model registered before manifests (nothing to verify its files against), so
     that a test may swap one of them for another."""
-    import composer.serve.model_files as model_files
+    import composer.registered.model_files as model_files
 
     monkeypatch.setattr(model_files, "registered_digest", lambda *args: None)
     return {k: v for k, v in artifacts.items() if k != "manifest"}
@@ -382,7 +382,7 @@ def test_the_model_carries_its_finished_shard_and_loading_upserts_nothing(
     A model without it (registered before shards travelled) still loads, its collection refilled."""
     from composer.api import load_pipeline
     from composer.index import EdgeBackend
-    from composer.serve.model_files import open_pipeline
+    from composer.registered.model_files import open_pipeline
 
     tracking, workdir = registered
     artifacts = _model_artifacts(tracking)
@@ -412,7 +412,7 @@ def test_a_shard_that_does_not_match_the_saved_index_is_rebuilt_from_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from composer.index.packing import pack_folder, unpack_folder
-    from composer.serve.model_files import open_pipeline
+    from composer.registered.model_files import open_pipeline
 
     tracking, _ = registered
     artifacts = _model_artifacts(tracking)
@@ -434,7 +434,7 @@ def test_a_study_that_left_no_shard_registers_one_built_from_its_saved_index(
     """A work dir without the collection (a ``:memory:`` study, or its shard in use by another process):
     the shard is built at registration from the saved index, not at every load."""
     from composer.index import EdgeBackend
-    from composer.serve.model_files import open_pipeline
+    from composer.registered.model_files import open_pipeline
     from composer.study.registry import _pack_shard
 
     tracking, _ = registered
@@ -515,8 +515,8 @@ def test_the_registry_records_a_digest_of_every_file_and_loading_checks_it(
     from mlflow import MlflowClient
 
     from composer.errors import ComposerError
-    from composer.serve.manifest import DIGEST_TAG, ENDPOINTS_TAG, KEY_ENV_TAG, sha256
-    from composer.serve.model_files import open_pipeline, registered_digest
+    from composer.registered.manifest import DIGEST_TAG, ENDPOINTS_TAG, KEY_ENV_TAG, sha256
+    from composer.registered.model_files import open_pipeline, registered_digest
 
     tracking, _ = registered
     mlflow.set_tracking_uri(tracking)  # the registry a load consults, as `composer serve` sets it

@@ -16,8 +16,8 @@ import pytest
 import composer.secrets as secrets
 from composer.errors import ComposerError, ConfigError
 from composer.pipeline.saved import FORMAT, RECORD
-from composer.serve.manifest import sha256, verify, write_manifest
-from composer.serve.model_files import open_pipeline
+from composer.registered.manifest import sha256, verify, write_manifest
+from composer.registered.model_files import open_pipeline
 
 SECRET = "aws-secret-Zq8LmN4pR7sT2vW9"
 KEY = "composer-0123456789abcdef"

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from composer.study.experiment import ObjectiveConfig
+from composer.objective import Objective, ObjectiveConfig
 from composer.study.leaderboard import render_leaderboard
-from composer.study.objective import Objective
 
 
 def test_cost_objective_reads_dollars_per_question() -> None:

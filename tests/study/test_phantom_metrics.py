@@ -15,10 +15,9 @@ from sample_study import sample_corpus, sample_questions
 
 import composer
 from composer.data.types import Corpus, QuestionSet
+from composer.objective import NothingToScore, Objective, ObjectiveConfig
 from composer.record import TrialRecord
-from composer.study.experiment import ObjectiveConfig
 from composer.study.leaderboard import WEIGHTS_ATTR, leaderboard
-from composer.study.objective import NothingToScore, Objective
 from composer.study.runner import ANSWERS_ATTR, StudyData
 from composer.study.space import parse_search_space
 from composer.study.steering import CONSTANT_ATTR, FIRST, ConstantMetrics, constant_metrics

@@ -321,7 +321,8 @@ def test_ui_serves_the_store_on_localhost(ui_process: tuple[subprocess.Popen[byt
 def test_several_objectives_use_nsga2_and_report_the_pareto_front(finished: Finished) -> None:
     from rich.console import Console
 
-    from composer.study.experiment import MlflowConfig, ObjectiveConfig
+    from composer.objective import ObjectiveConfig
+    from composer.study.experiment import MlflowConfig
     from composer.study.study import run_study
 
     exp = finished.exp.model_copy(update={

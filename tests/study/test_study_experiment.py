@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 from composer.cli.app import app
 from composer.data.types import Question, QuestionSet
 from composer.errors import ConfigError, InputError
-from composer.evaluation.splits import split_questions
+from composer.evaluation.splits import SplitConfig, split_questions
 from composer.pipeline.config import PipelineConfig
 from composer.study._sampling import ConditionalGridSampler, make_pruner, make_sampler
-from composer.study.experiment import SplitConfig, load_experiment, locate_study
+from composer.study.experiment import load_experiment, locate_study
 from composer.study.space import load_search_space, parse_search_space
 from composer.tracking.runs import RunWriter
 from composer.tracking.writer import StudyTracker, WriterSettings

@@ -32,9 +32,9 @@ from composer.evaluation.report import EvaluationReport
 from composer.evaluation.runs import evaluate_run
 from composer.evaluation.scoring import BatchHook, RankingPipeline, Scored, StageHook
 from composer.generation import REFUSALS
+from composer.objective import Objective, ObjectiveConfig
 from composer.study._compat import ATTR, check_unchanged
-from composer.study.experiment import ObjectiveConfig, load_experiment
-from composer.study.objective import Objective
+from composer.study.experiment import load_experiment
 from composer.study.runner import StudyData
 from composer.study.space import parse_search_space
 

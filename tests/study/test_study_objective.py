@@ -7,15 +7,14 @@ import logging
 import pytest
 
 from composer.errors import ConfigError
-from composer.study.experiment import ObjectiveConfig
-from composer.study.objective import STAND_INS, Objective
+from composer.objective import STAND_INS, Objective, ObjectiveConfig
 
 ALL = ["recall@1", "recall@5", "recall@10", "ndcg@5", "ndcg@10", "token_f1", "faithfulness_overlap",
        "exact_match"]
 
 
 def test_default_objective_uses_stand_ins_for_llm_metrics(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="composer.study.objective"):
+    with caplog.at_level(logging.WARNING, logger="composer.objective"):
         obj = Objective.resolve(ObjectiveConfig(k=5), ALL)
     assert dict(obj.weights) == {"recall@5": 0.25, "ndcg@5": 0.25, "token_f1": 0.25,
                                  "faithfulness_overlap": 0.25}
@@ -34,7 +33,7 @@ def test_retrieval_is_read_at_the_fixed_cutoff_not_the_trials_k() -> None:
 
 def test_an_unavailable_metric_is_dropped_and_weights_renormalized(caplog: pytest.LogCaptureFixture) -> None:
     retrieval_only = ["recall@10", "ndcg@10"]
-    with caplog.at_level(logging.WARNING, logger="composer.study.objective"):
+    with caplog.at_level(logging.WARNING, logger="composer.objective"):
         obj = Objective.resolve(ObjectiveConfig(), retrieval_only)
     assert dict(obj.weights) == {"recall@10": 0.5, "ndcg@10": 0.5}
     assert sum("dropped" in r.getMessage() for r in caplog.records) == 2

@@ -207,7 +207,7 @@ def test_a_space_smaller_than_n_trials_ends_within_the_repeat_allowance(experime
     [(0.001, 0.02, "yes"), (-0.01, 0.02, "not significantly"), (-0.0116, -0.0002, "no, the runner-up is")],
 )
 def test_the_held_out_verdict_says_when_the_runner_up_wins(low: float, high: float, verdict: str) -> None:
-    from composer.tracking.summary import Difference
+    from composer.summary import Difference
 
     difference = Difference((low + high) / 2, (low, high), 10, low > 0, high < 0)
     assert difference.verdict == verdict

@@ -17,16 +17,17 @@ from composer.evaluation.report import StageError
 from composer.evaluation.scoring import score_pipeline
 from composer.generation import Answer, answer_questions, contexts_for
 from composer.llm.usage import active_trackers
+from composer.metrics.names import mlflow_metric_name
+from composer.objective import ObjectiveConfig
 from composer.pipeline.config import PipelineConfig
 from composer.pipeline.pipeline import IndexInfo
 from composer.record import TrialRecord
 from composer.redact import MASK, flatten, scrub, scrub_url
 from composer.study._optimize import after_each_trial
 from composer.study._report import llm_totals
-from composer.study.experiment import ObjectiveConfig
 from composer.study.runner import StudyData, TrialRunner, config_hash
 from composer.study.space import parse_search_space
-from composer.tracking.runs import RunWriter, mlflow_metric_name, trial_metrics, trial_tags
+from composer.tracking.runs import RunWriter, trial_metrics, trial_tags
 from composer.tracking.trial import TrialReport
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -24,6 +24,7 @@ from composer.data.columns import TextColumn
 from composer.data.ranking import ChunkTable, Ranking
 from composer.data.types import Hit
 from composer.evaluation.report import EvaluationReport, SampleTable, StageError, concat_tables
+from composer.summary import HeldOut, IndexCounts, ObjectiveSummary, StudyLog, StudySummary
 from composer.tracking.spool import (
     ASIDE,
     MAGIC,
@@ -35,7 +36,6 @@ from composer.tracking.spool import (
     Spool,
     read_record,
 )
-from composer.tracking.summary import HeldOut, IndexCounts, ObjectiveSummary, StudyLog, StudySummary
 from composer.tracking.trial import TrialReport
 from composer.tracking.writer import _write
 

@@ -17,9 +17,9 @@ from test_spool_records import study_summary
 from writer_logs import runs_by_trial, settings, trial_log, writer_for
 
 from composer.data.ranking import ChunkTable
+from composer.summary import StudyLog
 from composer.tracking.runs import BEST_TAG, QUESTION_TABLE, STATE_TAG, RunWriter, read_question_table
 from composer.tracking.spool import RECORD, UNTRACED, Spool
-from composer.tracking.summary import StudyLog
 from composer.tracking.writer import TRACE_BACKLOG, StudyTracker, _write
 
 GOLD = {

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from composer.calibration.check import DEFAULT_THRESHOLD, CheckResult, check
 from composer.errors import ConfigError, InputError, config_error
 from composer.files import write_atomic
-from composer.judges.check import DEFAULT_THRESHOLD, CheckResult, check
 from composer.judges.config import JudgeConfig
 from composer.judges.guidance import JudgeExample, PromptVariant
 from composer.judges.labels import Label, load_labels

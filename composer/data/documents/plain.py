@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from composer.documents.extracted import Extracted, nest, path_name
+from composer.data.documents.extracted import Extracted, nest, path_name
 
 _ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
 _SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")

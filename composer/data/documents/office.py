@@ -11,8 +11,8 @@ import zipfile
 from collections import Counter
 from typing import Any
 
-from composer.documents.extracted import Extracted, Skipped, assemble
-from composer.documents.repair import repair_text
+from composer.data.documents.extracted import Extracted, Skipped, assemble
+from composer.data.documents.repair import repair_text
 
 MAX_UNPACKED_BYTES = 512 * 2**20
 MAX_RATIO = 200

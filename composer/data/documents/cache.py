@@ -15,7 +15,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from composer.documents.extracted import Extracted, Skipped
+from composer.data.documents.extracted import Extracted, Skipped
 from composer.files import default_cache_dir
 from composer.store import SqliteStore
 

@@ -15,12 +15,12 @@ from sample_study import SAMPLE, write_experiment
 from scripted_llm import ScriptedRAG
 from typer.testing import CliRunner
 
+from composer.calibration.sheet import labelling_sheet
 from composer.chunking import Chunk
 from composer.cli.app import app
 from composer.data import load_questions
 from composer.index.bm25 import SparseVector
 from composer.index.client import ClientBackend
-from composer.judges.sheet import labelling_sheet
 from composer.study.experiment import load_experiment
 
 ONE_TRIAL = {"retrieval.mode": {"choices": ["bm25"]}, "retrieval.k": {"choices": [3]},

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from composer.documents.extracted import Extracted, Skipped, assemble
+from composer.data.documents.extracted import Extracted, Skipped, assemble
 
 CHROME = ("script", "style", "noscript", "template", "svg", "nav", "header", "footer", "aside", "form",
           "button", "iframe")

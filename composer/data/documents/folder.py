@@ -25,15 +25,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from composer.data.documents.cache import DocumentCache, cache_key
+from composer.data.documents.extracted import Extracted, Skipped
+from composer.data.documents.html import read_html
+from composer.data.documents.office import read_docx, read_pptx
+from composer.data.documents.pdf import read_pdf
+from composer.data.documents.plain import read_markdown, read_plain
+from composer.data.documents.report import CorpusReport
 from composer.data.fields import normal_id
 from composer.data.types import Document
-from composer.documents.cache import DocumentCache, cache_key
-from composer.documents.extracted import Extracted, Skipped
-from composer.documents.html import read_html
-from composer.documents.office import read_docx, read_pptx
-from composer.documents.pdf import read_pdf
-from composer.documents.plain import read_markdown, read_plain
-from composer.documents.report import CorpusReport
 from composer.errors import InputError
 from composer.files import not_regular, open_regular
 from composer.unicode import decode_utf8, invisible_only

@@ -424,8 +424,8 @@ def log_check(result: CheckResult, tracking_uri: str, experiment: str) -> str:
 
     from mlflow.entities import Metric, Param
 
+    from composer.metrics.names import mlflow_metric_name
     from composer.tracking.evaluation import open_experiment
-    from composer.tracking.runs import mlflow_metric_name
 
     client, found = open_experiment(tracking_uri, experiment)
     run = client.create_run(

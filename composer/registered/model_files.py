@@ -1,6 +1,6 @@
 """A registered Composer model opened from its files, without MLflow's pyfunc loader where that can be
-avoided: what ``composer serve models:/...`` and the pyfunc model itself (``composer.serve.mlflow_model``)
-both open.
+avoided: what ``composer serve models:/...`` and the pyfunc model itself
+(``composer.registered.mlflow_model``) both open.
 
 A model's artifacts are the pipeline config (``pipeline.json``), ``composer.json`` (the Qdrant server
 collection it references, or none), the saved index it searches (the folder ``composer.pipeline.saved``
@@ -36,8 +36,8 @@ from urllib.parse import unquote, urlparse
 
 from composer.errors import ComposerError, ConfigError
 from composer.redact import scrub_url
+from composer.registered.manifest import DIGEST_TAG, named, verify
 from composer.secrets import check_env, read_key
-from composer.serve.manifest import DIGEST_TAG, named, verify
 
 if TYPE_CHECKING:
     from composer.pipeline.pipeline import Pipeline
@@ -54,7 +54,7 @@ def open_pipeline(artifacts: Mapping[str, str], *, allow_modified: bool | None =
     work dir (see the module), removed when the process exits. Everything the model's files name is
     checked before anything is created or read from the environment: the names of its index and
     collection, its key variables (``composer.secrets``), its files against the manifest registered with
-    it (``composer.serve.manifest``; ``allow_modified`` None: as ``allow_modified_models`` set it)."""
+    it (``composer.registered.manifest``; ``allow_modified`` None: as ``allow_modified_models`` set it)."""
     from composer.pipeline.saved import RECORD, read_record
 
     config = _json(Path(artifacts["pipeline"]))

@@ -7,8 +7,8 @@ import logging
 from collections import Counter
 from typing import Any
 
-from composer.documents.extracted import Extracted, Skipped
-from composer.documents.repair import repair_pages
+from composer.data.documents.extracted import Extracted, Skipped
+from composer.data.documents.repair import repair_pages
 
 PAGE_SEPARATOR = "\n\n"
 

@@ -255,7 +255,7 @@ def test_human_feedback_on_mlflow_traces_becomes_labels(tmp_path: Path) -> None:
 def test_a_judge_that_passes_long_answers_shows_its_bias_in_the_length_terciles(tmp_path: Path) -> None:
     """People fail every answer with WRONG; the judge passes any answer over six words: it agrees on the
     short third and not on the long one."""
-    from composer.judges.check import check
+    from composer.calibration.check import check
     from composer.judges.config import JudgeConfig
 
     def long_lover(req: ChatRequest) -> str:

@@ -20,9 +20,9 @@ import composer
 from composer.chunking import chunk_document
 from composer.chunking.config import ChunkingConfig
 from composer.data import Document, load_corpus, load_questions
-from composer.documents import folder as folder_module
-from composer.documents.cache import FILENAME
-from composer.documents.repair import repair_pages
+from composer.data.documents import folder as folder_module
+from composer.data.documents.cache import FILENAME
+from composer.data.documents.repair import repair_pages
 from composer.errors import InputError
 
 arabic_reshaper = pytest.importorskip("arabic_reshaper", reason="test extra arabic-reshaper not installed")

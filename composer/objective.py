@@ -1,4 +1,7 @@
-"""The composite objective: a weighted mean of quality metrics read at one fixed cutoff.
+"""The objective: what a study maximizes, as configured (``ObjectiveConfig``, the experiment's ``objective:``)
+and as resolved against the metrics a study can score (``Objective``): a weighted mean of quality metrics read
+at one fixed cutoff. It sits below ``composer.evaluation`` and ``composer.study``: the CI gate and the study
+read it alike.
 
 The cutoff is the experiment's, never the trial's own ``retrieval.k``: recall@k grows with k, so scoring
 each trial at its own k always crowns the largest k (the k trap). What a larger k costs enters as its own
@@ -11,14 +14,84 @@ import logging
 import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import Field, field_validator, model_validator
 
 from composer.data.types import Question
 from composer.errors import ConfigError
+from composer.metrics.directions import DIRECTIONS, UNBOUNDED, refusal
 from composer.metrics.retrieval import RETRIEVAL_METRICS, metric_key
-from composer.study.experiment import SECONDARY_DIRECTIONS, SECONDARY_METRICS, ObjectiveConfig
+from composer.settings import Strict
+
+SECONDARY_DIRECTIONS: dict[str, Literal["minimize", "maximize"]] = {
+    name: "minimize" if DIRECTIONS[name] == "lower" else "maximize" for name in UNBOUNDED
+}
+"""The study's secondary objectives (cost-like, unbounded) and Optuna's direction for each, read from the one
+table of metric directions."""
+SECONDARY_METRICS: dict[str, str] = {"llm_cost_usd": "llm_cost_per_question_usd"}
+"""A secondary objective's metric key where it differs from its name: ``llm_cost_usd`` is read per question
+(a trial's total grows with the questions it ran, which a pruned trial ran fewer of)."""
+
+ANSWER_METRICS: tuple[str, ...] = ("token_f1", "exact_match", "faithfulness_overlap", "answer_refusal_rate",
+                                   "refusal_accuracy")
+"""Deterministic metrics of an answer: free, but only with answers (which a retrieval-only study skips)."""
+
+
+def known_metrics() -> list[str]:
+    """Every metric name an objective may weigh (retrieval metrics also as ``name@k``)."""
+    from composer.judges.panel import JUDGE_METRICS  # the judges pull in the LLM client: on first check only
+
+    return [*RETRIEVAL_METRICS, *ANSWER_METRICS, *JUDGE_METRICS, "grounded"]
+
+
+def unknown_metric(name: str) -> bool:
+    """A name no study could ever score: a typo, which must not silently drop out of the objective."""
+    base, at, k = name.partition("@")
+    if at:
+        return base not in RETRIEVAL_METRICS or not k.isdigit() or int(k) < 1
+    return name not in known_metrics()
+
+
+class ObjectiveConfig(Strict):
+    """A weighted mean of quality metrics at one fixed cutoff, plus optional cost objectives."""
+
+    metrics: dict[str, float] = Field(
+        default_factory=lambda: {"recall": 1.0, "ndcg": 1.0, "answer_correctness": 1.0, "faithfulness": 1.0},
+        description="Metric -> weight. Retrieval metrics are read at the fixed cutoff `k`.",
+    )
+    k: int = Field(default=10, ge=1, description="Fixed cutoff for retrieval metrics (never the trial's k).")
+    secondary: list[Literal["latency_ms", "context_tokens", "llm_cost_usd"]] = Field(
+        default_factory=list,
+        description="Extra objectives to minimize (llm_cost_usd: dollars per question); more than one "
+        "objective -> NSGA-II."
+    )
+
+    @field_validator("metrics")
+    @classmethod
+    def _known_metrics(cls, metrics: dict[str, float]) -> dict[str, float]:
+        unknown = [m for m in metrics if unknown_metric(m)]
+        if unknown:
+            raise ValueError(
+                f"unknown metric {unknown[0]!r}; known: {', '.join(known_metrics())} "
+                "(retrieval metrics are read at k, or name one with its cutoff, e.g. recall@5)"
+            )
+        refused = [why for m, w in metrics.items() if w and (why := refusal(m, "a composite"))]
+        if refused:
+            raise ValueError(refused[0])
+        return metrics
+
+    @model_validator(mode="after")
+    def _positive_weights(self) -> ObjectiveConfig:
+        if not self.metrics:
+            raise ValueError("name at least one metric")
+        bad = [m for m, w in self.metrics.items() if w < 0]
+        if bad or sum(self.metrics.values()) <= 0:
+            raise ValueError(f"weights must be >= 0 with a positive sum (check {bad or list(self.metrics)})")
+        return self
+
 
 logger = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ extracted text goes through, a content-hash ``cache`` and the per-corpus ``repor
 Heavy libraries (pypdf, python-docx, python-pptx, BeautifulSoup) are imported only when a file needs them.
 """
 
-from composer.documents.extracted import SKIP_REASONS, Extracted, Skipped
-from composer.documents.folder import DOCUMENT_EXTENSIONS, read_documents
-from composer.documents.report import CorpusReport
+from composer.data.documents.extracted import SKIP_REASONS, Extracted, Skipped
+from composer.data.documents.folder import DOCUMENT_EXTENSIONS, read_documents
+from composer.data.documents.report import CorpusReport
 
 __all__ = ["DOCUMENT_EXTENSIONS", "SKIP_REASONS", "CorpusReport", "Extracted", "Skipped", "read_documents"]

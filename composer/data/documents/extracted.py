@@ -87,7 +87,7 @@ def assemble(
     """Blocks (heading level, 0 for body text; text) as one repaired text, paragraphs apart: the text, its
     headings as (offset, heading path), the first heading, and the repairs by kind. A file whose blocks
     hold no text is skipped as empty (``what`` names it: "Word file")."""
-    from composer.documents.repair import repair_text
+    from composer.data.documents.repair import repair_text
 
     repairs: Counter[str] = Counter()
     text, headings, first_heading = "", [], ""

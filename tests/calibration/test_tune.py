@@ -13,14 +13,14 @@ import pytest
 from fake_llm_server import ChatRequest, FakeLLMServer
 from typer.testing import CliRunner
 
+from composer.calibration.check import check
+from composer.calibration.tune import draw_examples, split_labels, tune
 from composer.cli.app import app
 from composer.errors import ConfigError
 from composer.judges.agreement import cohen_kappa
-from composer.judges.check import check
 from composer.judges.config import load_judge_file
 from composer.judges.labels import load_labels
 from composer.judges.trust import latest_check
-from composer.judges.tune import draw_examples, split_labels, tune
 
 MARK = {"ar": "خطأ", "en": "wrong"}
 N = 12  # answers per language

@@ -18,10 +18,10 @@ from sample_study import SAMPLE, write_experiment
 from scripted_llm import ScriptedRAG, kind_of
 from typer.testing import CliRunner
 
+from composer.calibration.sheet import LabellingSheet, SheetRow, labelling_sheet
 from composer.cli.app import app
 from composer.data import load_questions
 from composer.judges.labels import load_labels, plain_cell
-from composer.judges.sheet import LabellingSheet, SheetRow, labelling_sheet
 from composer.study.experiment import load_experiment
 
 GENERATING = {"retrieval.mode": {"choices": ["bm25"]}, "retrieval.k": {"choices": [3]},
