@@ -118,14 +118,22 @@ KEPT = 60
 
 def keep_records(spool: Path, kept: Path) -> None:
     """Hard links to the trial records the study spools (its writer deletes each once written), up to
-    ``KEPT``: what ``replay`` writes again."""
-    from composer.tracking.spool import RECORD, TABLES, UNTRACED
+    ``KEPT``, and to the artifacts files the runner spooled with them (in ``kept/artifacts``): what
+    ``replay`` writes again."""
+    from composer.tracking.spool import ARTIFACTS, RECORD, TABLES, UNTRACED
 
-    if not spool.is_dir() or len(os.listdir(kept)) >= KEPT:
+    if not spool.is_dir() or len(os.listdir(kept)) > KEPT:
         return
-    for path in spool.glob(f"*/*-trial{RECORD}"):
-        target = kept / f"{path.parent.name}-{path.name}"
-        if path.parent.name not in (TABLES, UNTRACED) and not target.exists():
+    (kept / ARTIFACTS).mkdir(exist_ok=True)
+    for path in spool.glob(f"*/*{RECORD}"):
+        folder = path.parent.name
+        if folder == ARTIFACTS:
+            target = kept / ARTIFACTS / path.name
+        elif folder not in (TABLES, UNTRACED) and path.name.endswith(f"-trial{RECORD}"):
+            target = kept / f"{folder}-{path.name}"
+        else:
+            continue
+        if not target.exists():
             with contextlib.suppress(OSError):  # written and removed meanwhile
                 os.link(path, target)
 
@@ -193,7 +201,7 @@ def report(
     from mlflow import MlflowClient
 
     from composer.record import TrialRecord
-    from composer.study._report import encode_summary
+    from composer.study.finish import encode_summary
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name="autorag-arcd", storage=f"sqlite:///{work / 'optuna.db'}")
@@ -294,15 +302,17 @@ def replay(kept: Path, tables: Path, questions: Path) -> tuple[float, float, int
     from mlflow import MlflowClient
 
     from composer.store import use_wal
-    from composer.tracking.runs import RunWriter
-    from composer.tracking.spool import read_record
+    from composer.tracking.spool import ARTIFACTS, artifacts_file, read_record
+    from composer.tracking.trial_run import RunWriter
 
     rows = [json.loads(line) for line in questions.read_text(encoding="utf-8").splitlines() if line.strip()]
     expectations = {
         q["id"]: {"expected_ids": q.get("relevant_ids", []), "expected_response": q.get("reference_answer")}
         for q in rows
     }
-    paths = sorted(kept.iterdir())
+    paths = sorted(p for p in kept.iterdir() if p.name != ARTIFACTS)
+    trials = [read_record(path, tables, {}) for path in paths]  # those kept with their artifacts file
+    paths = [p for p, trial in zip(paths, trials, strict=True) if artifacts_file(kept, trial.number).exists()]
     with tempfile.TemporaryDirectory(prefix="composer-bench-replay-") as tmp:
         root = Path(tmp)
         writer = RunWriter(f"sqlite:///{root / 'writer.db'}", "replay", "replay",
@@ -315,8 +325,9 @@ def replay(kept: Path, tables: Path, questions: Path) -> tuple[float, float, int
         ours, theirs = [], []
         for path in paths:
             started = time.perf_counter()
-            trial, report = read_record(path, tables, cache)
-            run_id = writer.write_trial(trial, report, traces=False)
+            trial = read_record(path, tables, cache)
+            artifacts = read_record(artifacts_file(kept, trial.number), tables, cache)
+            run_id = writer.write_trial(trial, artifacts, traces=False)
             ours.append(time.perf_counter() - started)
             theirs.append(mlflow_calls(writer.client, run_id, floor, experiment))
     return 1000 * statistics.median(ours), 1000 * statistics.median(theirs), len(paths)

@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from composer.tracking.runs import RUN_STATUS
+from composer.tracking.read import RUN_STATUS
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSER = str(Path(sys.executable).with_name("composer"))

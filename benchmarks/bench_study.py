@@ -66,7 +66,7 @@ def report(work: Path, wall: float, peak_gb: float) -> None:
     import optuna
 
     from composer.record import TrialRecord
-    from composer.study._report import encode_summary
+    from composer.study.finish import encode_summary
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name="arcd-retrieval", storage=f"sqlite:///{work / 'optuna.db'}")

@@ -9,7 +9,9 @@ The library (the CLI is a layer over it)::
 
 Names resolve on first use: ``import composer`` imports nothing heavy (no torch, litellm, MLflow, Optuna).
 The package is typed (``py.typed``): ``composer.protocols`` holds the shapes of a user's system
-(``Retriever``, ``RAGSystem``, ``Runnable``, ``System``, ``SystemFactory``) for a type checker.
+(``Retriever``, ``RAGSystem``, ``Runnable``, ``System``, ``SystemFactory``) for a type checker, and
+``composer.options`` the keys ``optimize`` takes; ``ExperimentConfig``, ``ObjectiveConfig`` and
+``SearchSpace`` are an experiment file's models.
 """
 
 from __future__ import annotations
@@ -24,10 +26,13 @@ if TYPE_CHECKING:
     from composer.errors import ComposerError, ConfigError, InputError
     from composer.evaluation.report import EvaluationReport
     from composer.generation.generator import Answer
+    from composer.objective import ObjectiveConfig
     from composer.pipeline.config import PipelineConfig
     from composer.pipeline.pipeline import Pipeline
     from composer.protocols import RAGSystem, Retriever, Runnable
     from composer.secrets import allow_env
+    from composer.study.experiment import ExperimentConfig
+    from composer.study.space import SearchSpace
     from composer.study.study import StudyResult
 
 _EXPORTS = {
@@ -35,6 +40,9 @@ _EXPORTS = {
     "optimize": "composer.api",
     "load_pipeline": "composer.api",
     "StudyResult": "composer.study.study",
+    "ExperimentConfig": "composer.study.experiment",
+    "SearchSpace": "composer.study.space",
+    "ObjectiveConfig": "composer.objective",
     "Estimate": "composer.cost.estimate",
     "EvaluationReport": "composer.evaluation.report",
     "Pipeline": "composer.pipeline.pipeline",
@@ -62,8 +70,10 @@ __all__ = [
     "Document",
     "Estimate",
     "EvaluationReport",
+    "ExperimentConfig",
     "Hit",
     "InputError",
+    "ObjectiveConfig",
     "Pipeline",
     "PipelineConfig",
     "Question",
@@ -71,6 +81,7 @@ __all__ = [
     "RAGSystem",
     "Retriever",
     "Runnable",
+    "SearchSpace",
     "StudyResult",
     "allow_env",
     "evaluate",

@@ -8,30 +8,30 @@ in-memory config names the key, never a raw pydantic ``ValidationError``.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from pydantic import ValidationError
+from typing_extensions import Unpack  # typing's from Python 3.11; read at run time by get_type_hints
 
 from composer.errors import ConfigError, config_error
+from composer.options import EvaluationMlflow, ExperimentOptions, PrunerName, SamplerName
 from composer.protocols import CorpusSource, Evaluable, Questions, Split, SystemFactory
 
 if TYPE_CHECKING:
     from composer.cost.estimate import Estimate
     from composer.data.types import Corpus, QuestionSet
     from composer.evaluation.gate import Scores
+    from composer.evaluation.judging import Judging
     from composer.evaluation.report import EvaluationReport
-    from composer.evaluation.scoring import Judging, RankingPipeline
+    from composer.objective import ObjectiveConfig
     from composer.pipeline.config import PipelineConfig
     from composer.pipeline.pipeline import Pipeline
     from composer.study.experiment import ExperimentConfig
     from composer.study.study import StudyResult
 
 DEFAULT_WORKDIR = Path(".composer")
-PIPELINE_SUFFIXES = (".yaml", ".yml")
 
 
 # -- evaluate -----------------------------------------------------------------------------------------
@@ -44,10 +44,10 @@ def evaluate(
     *,
     k: Sequence[int] = (1, 3, 5, 10),
     metrics: Sequence[str] | None = None,
-    judge: str | Mapping[str, Any] | None = None,
+    judge: str | Mapping[str, object] | None = None,
     concurrency: int = 8,
     workdir: str | Path | None = None,
-    mlflow: str | Mapping[str, Any] | bool | None = None,
+    mlflow: str | EvaluationMlflow | bool | None = None,
     split: Split = "all",
     baseline: Evaluable | EvaluationReport | None = None,
     objective: str | Path | Mapping[str, float] | None = None,
@@ -107,17 +107,19 @@ def evaluate(
             )
             print(report.means()["recall@5"])
     """
+    from composer.data.inputs import as_corpus, as_question_set
     from composer.evaluation.gate import cutoffs_to_score, run_gate, stated_objective, with_objective
+    from composer.evaluation.producers import score_system
 
     work = Path(workdir) if workdir is not None else DEFAULT_WORKDIR
-    docs = _corpus(corpus)
-    question_set = _split(_questions(questions, docs), system, split)
+    docs = as_corpus(corpus)
+    question_set = _split(as_question_set(questions, docs), system, split)
     judging = _judging(judge, metrics, work)
     if baseline is None and (gate_metric != "composite" or margin):
         raise ConfigError("gate_metric= and margin= set the CI gate: give baseline=", field="baseline")
     stated = stated_objective(objective, system, baseline)
     k = cutoffs_to_score(k, stated[0] if stated else None, gate_metric if baseline is not None else None)
-    report = _score(system, question_set, docs, judging, k, work, concurrency)
+    report = score_system(system, question_set, docs, judging, k, work, concurrency)
     if stated is not None:
         report = with_objective(report, *stated)
     if baseline is not None:
@@ -129,58 +131,21 @@ def evaluate(
     return report
 
 
-def _score(
-    system: Any,
-    question_set: QuestionSet,
-    docs: Corpus | None,
-    judging: Judging | None,
-    k: Sequence[int],
-    work: Path,
-    concurrency: int,
-) -> EvaluationReport:
-    """``system``'s report on the questions (indexing ``docs`` first when it indexes)."""
-    from composer.data.types import Corpus
-    from composer.evaluation.scoring import score_pipeline
-
-    producer = _producer(system, docs, work, concurrency)
-    if judging is not None and not producer.can_answer:
-        raise ConfigError(
-            "the system has no answer(question, contexts) method, so there is no answer "
-            "to judge: drop judge=, or give the system an answer method",
-            field="judge",
-        )
-    meta: dict[str, Any] = {"system": producer.answerer}
-    index = getattr(producer, "index", None)
-    if docs is not None and index is not None:
-        info = index(docs)
-        if info is not None:
-            meta["index"] = {"key": info.key, "chunks": info.n_chunks, "reused": info.reused}
-    scored = score_pipeline(
-        producer,
-        question_set,
-        docs if docs is not None else Corpus([], "<none>"),
-        judging=judging,
-        ks=k,
-        batch_size=max(len(question_set), 1) if not producer.batched(True) else 100,
-    )
-    return scored.report.with_meta(meta)
-
-
-def _split(questions: QuestionSet, system: Any, split: Split) -> QuestionSet:
+def _split(questions: QuestionSet, system: Evaluable, split: Split) -> QuestionSet:
     """The study's ``split`` of the questions, which only an exported best.yaml (as ``system``) records."""
+    from composer.evaluation.producers import is_config_file
     from composer.evaluation.splits import study_split
 
     if split not in ("all", "selection", "held_out"):
         raise ConfigError(f"expected all, selection or held_out, got {split!r}", field="split")
-    exported = isinstance(system, str | Path) and Path(system).suffix.lower() in PIPELINE_SUFFIXES
-    if split != "all" and not exported:
+    if split != "all" and not is_config_file(system):
         raise ConfigError("the study's split is read from its exported best.yaml: give its path as system",
                           field="split")
     return study_split(questions, Path(str(system)), split)
 
 
 def _baseline(
-    baseline: Any,
+    baseline: Evaluable | EvaluationReport,
     question_set: QuestionSet,
     docs: Corpus | None,
     judging: Judging | None,
@@ -191,6 +156,7 @@ def _baseline(
     """What the gate compares against: an earlier report, an ``eval --out`` folder, or any system
     ``evaluate`` takes, scored here on the same questions."""
     from composer.evaluation.gate import Scores, check_baseline_file, read_scores
+    from composer.evaluation.producers import is_config_file, score_system
     from composer.evaluation.report import EvaluationReport
 
     if isinstance(baseline, EvaluationReport):
@@ -198,31 +164,13 @@ def _baseline(
     if isinstance(baseline, str | Path) and Path(baseline).is_dir():
         return read_scores(Path(baseline))
     name = str(baseline) if isinstance(baseline, str | Path) else "baseline="
-    if isinstance(baseline, str | Path) and Path(baseline).suffix.lower() in PIPELINE_SUFFIXES:
+    if is_config_file(baseline):
         check_baseline_file(Path(baseline))
-    return Scores.of(_score(baseline, question_set, docs, judging, k, work, concurrency), name)
-
-
-def _corpus(corpus: Any) -> Corpus | None:
-    from composer.data import load_corpus
-    from composer.data.types import Corpus
-
-    if corpus is None or isinstance(corpus, Corpus):
-        return corpus
-    return load_corpus(corpus)
-
-
-def _questions(questions: Any, corpus: Corpus | None) -> QuestionSet:
-    from composer.data import load_questions
-    from composer.data.types import QuestionSet
-
-    if isinstance(questions, QuestionSet):
-        return questions
-    return load_questions(questions, corpus=corpus)
+    return Scores.of(score_system(baseline, question_set, docs, judging, k, work, concurrency), name)
 
 
 def _judging(
-    judge: str | Mapping[str, Any] | None, metrics: Sequence[str] | None, workdir: Path
+    judge: str | Mapping[str, object] | None, metrics: Sequence[str] | None, workdir: Path
 ) -> Judging | None:
     """The judge of an evaluation; metrics are checked by name whether or not a judge is given."""
     from composer.judges import JudgeConfig
@@ -248,67 +196,12 @@ def _judging(
         config = JudgeConfig.model_validate(data)
     except ValidationError as exc:
         raise config_error(exc, "<judge>", under="judge") from None
-    from composer.evaluation.scoring import make_judging
+    from composer.evaluation.judging import make_judging
 
     return make_judging(config, None, workdir)
 
 
-def _producer(system: Any, corpus: Corpus | None, workdir: Path, concurrency: int) -> RankingPipeline:
-    """Whatever ``system`` is, as the thing scoring asks to rank and answer batches."""
-    from composer.evaluation.system import SystemPipeline, is_system, not_a_system
-    from composer.pipeline.config import PipelineConfig
-    from composer.pipeline.pipeline import Pipeline
-
-    if isinstance(system, Pipeline):
-        return _indexable(system, corpus)
-    if (
-        isinstance(system, PipelineConfig)
-        or (isinstance(system, Mapping) and not _is_run(system))
-        or (isinstance(system, str | Path) and Path(system).suffix.lower() in PIPELINE_SUFFIXES)
-    ):
-        return _indexable(load_pipeline(system, workdir=workdir), corpus)
-    if isinstance(system, str | Path):
-        from composer.data.runs import read_run
-
-        run_file = read_run(system)
-        return _given(run_file.hits, run_file.answers, corpus)
-    if isinstance(system, Mapping):
-        return _given(_run_of(system), {}, corpus)
-    if is_system(system):
-        return SystemPipeline(system, corpus=corpus, concurrency=concurrency)
-    raise not_a_system(
-        system,
-        also="a pipeline config (path, dict, PipelineConfig), a Pipeline, a run (file or mapping question "
-        "id -> ranked ids)",
-    )
-
-
-def _indexable(pipeline: Pipeline, corpus: Corpus | None) -> Pipeline:
-    if corpus is None:
-        raise ConfigError("a Composer pipeline indexes a corpus: give corpus=", field="corpus")
-    return pipeline
-
-
-def _is_run(mapping: Mapping[Any, Any]) -> bool:
-    """A run maps question ids to lists; a pipeline config maps sections to mappings."""
-    return bool(mapping) and all(isinstance(v, list | tuple) for v in mapping.values())
-
-
-def _run_of(mapping: Mapping[Any, Any]) -> dict[str, Any]:
-    from composer.data.fields import normal_id
-    from composer.evaluation.system import as_hits
-
-    return {normal_id(str(qid)): as_hits(items, str(qid)) for qid, items in mapping.items()}
-
-
-def _given(run: dict[str, Any], answers: dict[str, str], corpus: Corpus | None) -> RankingPipeline:
-    """A run (with the answers its file gives, if any) as a pipeline that has ranked and answered."""
-    from composer.evaluation.runs import GivenRun, run_table
-
-    return GivenRun(run, answers, run_table(run, corpus), can_answer=bool(answers))
-
-
-def _log_to_mlflow(report: EvaluationReport, target: str | Mapping[str, Any] | bool, workdir: Path) -> str:
+def _log_to_mlflow(report: EvaluationReport, target: str | EvaluationMlflow | bool, workdir: Path) -> str:
     from composer.study.experiment import default_tracking_uri
     from composer.tracking.evaluation import log_evaluation
 
@@ -330,7 +223,7 @@ def _log_to_mlflow(report: EvaluationReport, target: str | Mapping[str, Any] | b
 
 
 def load_pipeline(
-    config: str | Path | Mapping[str, Any] | PipelineConfig,
+    config: str | Path | Mapping[str, object] | PipelineConfig,
     corpus: CorpusSource | None = None,
     *,
     workdir: str | Path | None = None,
@@ -370,19 +263,13 @@ def load_pipeline(
             for hit in pipe.search("متى ولد جمال خاشقجي؟", k=3):
                 print(hit.id, hit.score)
     """
-    from composer.pipeline.config import PipelineConfig, load_pipeline_config
+    from composer.data.inputs import as_corpus
+    from composer.evaluation.producers import pipeline_config
     from composer.pipeline.pipeline import Pipeline
 
     work = Path(workdir) if workdir is not None else _pipeline_workdir(config)
-    if isinstance(config, str | Path):
-        config = load_pipeline_config(config)
-    elif not isinstance(config, PipelineConfig):
-        data = dict(config)
-        if isinstance(data.get("pipeline"), Mapping):  # an export document
-            data = dict(data["pipeline"])
-        config = PipelineConfig.from_dict(data)
-    pipe = Pipeline.from_config(config, workdir=work, qdrant=qdrant)
-    docs = _corpus(corpus)
+    pipe = Pipeline.from_config(pipeline_config(config), workdir=work, qdrant=qdrant)
+    docs = as_corpus(corpus)
     if docs is not None:
         pipe.index(docs)
     return pipe
@@ -403,63 +290,63 @@ def _pipeline_workdir(config: object) -> Path:
 
 @overload
 def optimize(
-    target: str | Path | Mapping[str, Any] | SystemFactory,
+    target: str | Path | ExperimentConfig | Mapping[str, object] | SystemFactory,
     *,
-    space: str | Path | Mapping[str, Any] | None = None,
+    space: str | Path | Mapping[str, object] | None = None,
     questions: Questions | None = None,
     corpus: CorpusSource | None = None,
-    objective: Mapping[str, Any] | None = None,
+    objective: ObjectiveConfig | Mapping[str, object] | None = None,
     n_trials: int | None = None,
-    sampler: str | Mapping[str, Any] | None = None,
-    pruner: str | Mapping[str, Any] | None = None,
+    sampler: SamplerName | Mapping[str, object] | None = None,
+    pruner: PrunerName | Mapping[str, object] | None = None,
     storage: str | None = None,
-    mlflow: str | Mapping[str, Any] | None = None,
+    mlflow: str | Mapping[str, object] | None = None,
     workdir: str | Path | None = None,
     name: str | None = None,
     concurrency: int = 8,
     estimate: Literal[False] = False,
-    **experiment: Any,
+    **experiment: Unpack[ExperimentOptions],
 ) -> StudyResult: ...
 
 
 @overload
 def optimize(
-    target: str | Path | Mapping[str, Any] | SystemFactory,
+    target: str | Path | ExperimentConfig | Mapping[str, object] | SystemFactory,
     *,
-    space: str | Path | Mapping[str, Any] | None = None,
+    space: str | Path | Mapping[str, object] | None = None,
     questions: Questions | None = None,
     corpus: CorpusSource | None = None,
-    objective: Mapping[str, Any] | None = None,
+    objective: ObjectiveConfig | Mapping[str, object] | None = None,
     n_trials: int | None = None,
-    sampler: str | Mapping[str, Any] | None = None,
-    pruner: str | Mapping[str, Any] | None = None,
+    sampler: SamplerName | Mapping[str, object] | None = None,
+    pruner: PrunerName | Mapping[str, object] | None = None,
     storage: str | None = None,
-    mlflow: str | Mapping[str, Any] | None = None,
+    mlflow: str | Mapping[str, object] | None = None,
     workdir: str | Path | None = None,
     name: str | None = None,
     concurrency: int = 8,
     estimate: Literal[True],
-    **experiment: Any,
+    **experiment: Unpack[ExperimentOptions],
 ) -> Estimate: ...
 
 
 def optimize(
-    target: str | Path | Mapping[str, Any] | SystemFactory,
+    target: str | Path | ExperimentConfig | Mapping[str, object] | SystemFactory,
     *,
-    space: str | Path | Mapping[str, Any] | None = None,
+    space: str | Path | Mapping[str, object] | None = None,
     questions: Questions | None = None,
     corpus: CorpusSource | None = None,
-    objective: Mapping[str, Any] | None = None,
+    objective: ObjectiveConfig | Mapping[str, object] | None = None,
     n_trials: int | None = None,
-    sampler: str | Mapping[str, Any] | None = None,
-    pruner: str | Mapping[str, Any] | None = None,
+    sampler: SamplerName | Mapping[str, object] | None = None,
+    pruner: PrunerName | Mapping[str, object] | None = None,
     storage: str | None = None,
-    mlflow: str | Mapping[str, Any] | None = None,
+    mlflow: str | Mapping[str, object] | None = None,
     workdir: str | Path | None = None,
     name: str | None = None,
     concurrency: int = 8,
     estimate: bool = False,
-    **experiment: Any,
+    **experiment: Unpack[ExperimentOptions],
 ) -> StudyResult | Estimate:
     """Run (or continue) a study and return its winner.
 
@@ -470,14 +357,15 @@ def optimize(
     it can be re-run from.
 
     Args:
-        target: An experiment file or dict, or a factory ``settings -> system``
+        target: An experiment file, dict or ``ExperimentConfig``, or a factory ``settings -> system``
             (``composer.protocols.SystemFactory``; any system ``evaluate`` accepts).
         space: The format of ``search_spaces/*.yaml``, a dict or a file; or a flat mapping of dimensions:
             ``{"k": [3, 5, 10], "b": {"low": 0.3, "high": 0.9}}``, a list being the choices and a range's
             type read from its bounds; for a factory its keys are the factory's own settings.
         questions: The question set (a file, DataFrame, list of dicts or ``QuestionSet``).
         corpus: The documents (a file, folder, DataFrame, list of dicts or ``Corpus``).
-        objective: The experiment's ``objective`` block (``metric``, ``direction``...).
+        objective: The experiment's ``objective`` block (``metrics``, ``k``, ``secondary``), or an
+            ``ObjectiveConfig``.
         n_trials: Trials to run in this call.
         sampler: An Optuna sampler name or block.
         pruner: An Optuna pruner name or block.
@@ -489,7 +377,8 @@ def optimize(
         estimate: Run nothing: return the LLM calls, tokens and dollars the study would take, per
             stage and in all (an ``Estimate``; no request is sent, no study created).
         **experiment: Further experiment keys (``split``, ``timeout``, ``batch_size``, ``judge``, ``llm``,
-            ``stop``...).
+            ``stop``...), typed by ``composer.options.ExperimentOptions``: a type checker catches a
+            misspelt key or a wrong type, and at run time each is checked as the experiment file's.
 
     Returns:
         The study's result: its best trial, settings and scores (``held_out``, a ``HeldOut``, for the
@@ -516,159 +405,19 @@ def optimize(
             )
             print(result.best_value, result.best_params)
     """
-    from composer.study.study import run_study
+    from composer.study.arguments import experiment_from_call
+    from composer.study.experiment import ExperimentConfig
+    from composer.study.study import estimate_study, run_study
 
     factory: SystemFactory | None = None
-    source: str | Path | Mapping[str, Any] | None = None
-    if isinstance(target, str | Path | Mapping):
+    source: str | Path | ExperimentConfig | Mapping[str, object] | None = None
+    if isinstance(target, str | Path | Mapping | ExperimentConfig):
         source = target
     elif callable(target):
         factory = target
-    exp = _experiment(
-        source,
-        space=space,
-        questions=questions,
-        corpus=corpus,
-        objective=objective,
-        n_trials=n_trials,
-        sampler=sampler,
-        pruner=pruner,
-        storage=storage,
-        mlflow=mlflow,
-        workdir=workdir,
-        name=name,
-        factory=factory,
-        extra=experiment,
-    )
-    if estimate:
-        from composer.study.study import estimate_study
-
-        return estimate_study(exp)
-    return run_study(exp, system=factory, concurrency=concurrency)
-
-
-def _experiment(
-    target: str | Path | Mapping[str, Any] | None,
-    *,
-    space: str | Path | Mapping[str, Any] | None,
-    questions: Any,
-    corpus: Any,
-    objective: Mapping[str, Any] | None,
-    n_trials: int | None,
-    sampler: str | Mapping[str, Any] | None,
-    pruner: str | Mapping[str, Any] | None,
-    storage: str | None,
-    mlflow: str | Mapping[str, Any] | None,
-    workdir: str | Path | None,
-    name: str | None,
-    factory: Callable[..., Any] | None,
-    extra: Mapping[str, Any],
-) -> ExperimentConfig:
-    """The experiment a call describes: the file or dict given, overridden by the keyword arguments."""
-    from composer.study.experiment import ExperimentConfig, load_experiment
-
-    base: dict[str, Any] = {}
-    source = "<optimize>"
-    if isinstance(target, str | Path):
-        base = load_experiment(target).model_dump(exclude_unset=True)
-        source = str(target)
-    elif isinstance(target, Mapping):
-        base = dict(target)
-    overrides = {
-        "search_space": space,
-        "questions": questions,
-        "corpus": corpus,
-        "objective": objective,
-        "n_trials": n_trials,
-        "sampler": sampler,
-        "pruner": pruner,
-        "storage": storage,
-        "workdir": workdir,
-        "name": name,
-        **extra,
-    }
-    data = {**base, **{key: value for key, value in overrides.items() if value is not None}}
-    if isinstance(mlflow, str):
-        data["mlflow"] = {**dict(data.get("mlflow") or {}), "tracking_uri": mlflow}
-    elif mlflow is not None:
-        data["mlflow"] = dict(mlflow)
-    data.setdefault("name", "composer-study")
-    work = Path(data.get("workdir") or DEFAULT_WORKDIR).resolve()
-    data["workdir"] = work
-    inputs = work / "inputs"
-    if "corpus" in data:
-        data["corpus"] = _as_file(data["corpus"], inputs, "corpus")
-    if "questions" in data:
-        data["questions"] = _as_file(data["questions"], inputs, "questions")
-    if isinstance(data.get("search_space"), Mapping):  # checked as given: errors name the argument's keys
-        from composer.study.space import parse_search_space
-
-        argument = "space" if space is not None else "search_space"
-        parse_search_space(dict(data["search_space"]), free=factory is not None, argument=argument)
-    if "search_space" in data:
-        data["search_space"] = _as_file(data["search_space"], inputs, "space")
-    if factory is not None:
-        data["system"] = _factory_name(factory)
-        data.setdefault("corpus", None)
-    try:
-        return ExperimentConfig.model_validate(data)
-    except ValidationError as exc:
-        raise config_error(exc, source) from None
-
-
-def _factory_name(factory: Callable[..., Any]) -> str:
-    """How a study names its factory (``module:qualname``): recorded, never imported back from here."""
-    module = getattr(factory, "__module__", None) or "<unknown>"
-    return f"{module}:{getattr(factory, '__qualname__', type(factory).__name__)}"
-
-
-def _as_file(value: Any, inputs: Path, kind: str) -> Path:
-    """A path as given; an in-memory corpus, question set or space written once under ``inputs``, named by
-    its content, so the study's provenance names a file and a changed input is a new file."""
-    from composer.data.types import Corpus, QuestionSet
-    from composer.yamlfile import dump_yaml
-
-    if isinstance(value, str | Path):
-        return Path(value).resolve()
-    if kind == "space":
-        if not isinstance(value, Mapping):
-            raise ConfigError("expected a search space file or mapping", field="space")
-        return _write_once(inputs, "space", ".yaml", dump_yaml(dict(value)))
-    if kind == "corpus":
-        docs = value if isinstance(value, Corpus) else _corpus(value)
-        assert docs is not None
-        rows = [
-            {
-                "id": d.id,
-                "title": d.title,
-                "text": d.text,
-                **({"metadata": dict(d.metadata)} if d.metadata else {}),
-            }
-            for d in docs
-        ]
-    else:
-        items = value if isinstance(value, QuestionSet) else _questions(value, None)
-        rows = [
-            {
-                "id": q.id,
-                "question": q.question,
-                "relevant_ids": list(q.relevant_ids),
-                "answers": list(q.answers),
-                "context": list(q.context),
-                **({"reference_answer": q.reference_answer} if q.reference_answer else {}),
-            }
-            for q in items
-        ]
-    text = "".join(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in rows)
-    return _write_once(inputs, kind, ".jsonl", text)
-
-
-def _write_once(folder: Path, kind: str, suffix: str, text: str) -> Path:
-    from composer.files import write_atomic
-
-    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-    path = folder / f"{kind}-{digest}{suffix}"
-    if not path.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, text)
-    return path
+    keys = {"search_space": space, "questions": questions, "corpus": corpus, "objective": objective,
+            "n_trials": n_trials, "sampler": sampler, "pruner": pruner, "storage": storage,
+            "workdir": workdir, "name": name, **experiment}
+    exp = experiment_from_call(source, keys, mlflow=mlflow, factory=factory,
+                               space_argument="space" if space is not None else "search_space")
+    return estimate_study(exp) if estimate else run_study(exp, system=factory, concurrency=concurrency)

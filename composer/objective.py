@@ -56,7 +56,20 @@ def unknown_metric(name: str) -> bool:
 
 
 class ObjectiveConfig(Strict):
-    """A weighted mean of quality metrics at one fixed cutoff, plus optional cost objectives."""
+    """A weighted mean of quality metrics at one fixed cutoff, plus optional cost objectives: the
+    experiment's ``objective:`` block (``composer.optimize(objective=...)``).
+
+    Attributes:
+        metrics: Metric -> weight; retrieval metrics are read at ``k``.
+        k: The fixed cutoff of the retrieval metrics.
+        secondary: Cost objectives minimized beside the composite.
+
+    Example:
+        ::
+
+            objective = composer.ObjectiveConfig(metrics={"recall": 1.0, "ndcg": 2.0}, k=5)
+            composer.optimize("experiments/arabic-demo.yaml", objective=objective)
+    """
 
     metrics: dict[str, float] = Field(
         default_factory=lambda: {"recall": 1.0, "ndcg": 1.0, "answer_correctness": 1.0, "faithfulness": 1.0},

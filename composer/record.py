@@ -10,6 +10,7 @@ writer reads it from the frozen trial it is handed (``composer.tracking``): so i
 
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -25,6 +26,9 @@ FailureKind = Literal["error", "invalid", "surplus", "budget"]
 
 RECORD_ATTR = "composer"
 """The trial user attribute holding its TrialRecord."""
+LOST_ATTR = "composer_lost"
+"""The user attribute saying why a lost trial is taken for dead, on the copy of its frozen trial handed to
+the MLflow writer (``lost_trial``): Optuna keeps a finished trial's attributes as they were when told."""
 SCHEMA = 2
 """Bumped when TrialRecord changes incompatibly: a study recorded with another schema is not resumed.
 (Fields a record of this schema once had, ``worker`` and ``pruned_at``, are read from Optuna now and
@@ -111,3 +115,11 @@ class TrialRecord:
 
     def updated(self, **changes: Any) -> TrialRecord:
         return replace(self, **changes)
+
+
+def lost_trial(trial: optuna.trial.FrozenTrial, reason: str) -> optuna.trial.FrozenTrial:
+    """A copy of a lost trial's frozen trial that says why it is taken for dead (``LOST_ATTR``): a lost trial
+    crosses into tracking as its frozen trial alone, as every trial does."""
+    copied = copy.deepcopy(trial)
+    copied.set_user_attr(LOST_ATTR, reason)
+    return copied

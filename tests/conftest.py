@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from fake_llm_server import FakeLLMServer
 
 # Set before any test module imports huggingface_hub, transformers or litellm: they read these at import.
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -49,3 +54,30 @@ def persianqa_dir() -> Path:
     if path is None:
         pytest.skip(f"PersianQA not given: set {PERSIANQA_ENV} to its folder (GPL-3.0: not in this repo)")
     return path
+
+
+@pytest.fixture
+def fake_llm_golds() -> dict[str, str]:
+    """What ``fake_llm`` answers, by question: the sample study's questions and first gold answers. A
+    module whose questions differ overrides this fixture."""
+    from scripted_llm import golds_of
+
+    return golds_of(REPO_ROOT / "examples" / "arcd-sample" / "questions.jsonl")
+
+
+@pytest.fixture
+def fake_llm_latency() -> float:
+    """Seconds ``fake_llm`` waits before each reply; a module that needs requests in flight (a study
+    to interrupt, a server's concurrency) overrides this fixture."""
+    return 0.0
+
+
+@pytest.fixture
+def fake_llm(fake_llm_golds: dict[str, str], fake_llm_latency: float) -> Iterator[FakeLLMServer]:
+    """A local OpenAI-compatible server replying as a RAG model would (``scripted_llm.ScriptedRAG`` over
+    ``fake_llm_golds``), fresh for each test: its counts, queued faults and route are the test's own."""
+    from fake_llm_server import FakeLLMServer
+    from scripted_llm import ScriptedRAG
+
+    with FakeLLMServer(ScriptedRAG(fake_llm_golds), latency=fake_llm_latency) as server:
+        yield server

@@ -10,10 +10,12 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fake_llm_server import ChatRequest, Reply, TokenCount
 
+from composer.data import load_questions
 from composer.generation.prompts import ANSWER_TEMPLATES, REFUSALS
 from composer.llm.preflight import PING
 from composer.llm.pricing import count_text_tokens, count_tokens
@@ -58,6 +60,11 @@ def kind_of(req: ChatRequest) -> str:
 def step_back(question: str) -> str:
     """The scripted step-back question: the question's topic, asked in general."""
     return f"ما الذي يعرف عن {question}"
+
+
+def golds_of(questions: Path) -> dict[str, str]:
+    """Each question of a questions file with its first gold answer: what ``ScriptedRAG`` answers."""
+    return {q.question: q.gold_answers[0] for q in load_questions(questions)}
 
 
 @dataclass

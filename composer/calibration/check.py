@@ -35,7 +35,7 @@ from composer.text import detect_language
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from composer.evaluation.scoring import Judging
+    from composer.evaluation.judging import Judging
     from composer.judges.base import LLMJudge, Verdict
 
 DEFAULT_THRESHOLD = 0.5
@@ -152,7 +152,7 @@ class MetricCheck:
 class CheckResult:
     """A judge checked against labels: per metric agreement, and what the judging cost."""
 
-    judge: str
+    judge_model: str
     labels: str
     metrics: dict[str, MetricCheck]
     usage: dict[str, Any] = field(default_factory=dict)
@@ -160,7 +160,7 @@ class CheckResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "judge": self.judge,
+            "judge": self.judge_model,
             "labels": self.labels,
             "created": self.created,
             "metrics": {m: c.to_dict() for m, c in self.metrics.items()},
@@ -178,7 +178,7 @@ class CheckResult:
         for check in self.metrics.values():
             summary = check.to_dict()
             out[check.key] = {
-                "judge": self.judge,
+                "judge": self.judge_model,
                 "metric": check.metric,
                 "scale": check.scale,
                 "labels": self.labels,
@@ -208,7 +208,7 @@ class CheckResult:
         from rich.console import Group
         from rich.table import Table
 
-        table = Table(title=f"Judge {self.judge} against {self.labels}")
+        table = Table(title=f"Judge {self.judge_model} against {self.labels}")
         for name in ("metric", "group", "n", "accuracy", "kappa [95% CI]", "spearman"):
             table.add_column(name, justify="left" if name in ("metric", "group") else "right")
         for check in self.metrics.values():
@@ -225,9 +225,9 @@ class CheckResult:
                     check.metric if i == 0 else "",
                     group,
                     str(a.n),
-                    _fmt(a.accuracy),
-                    f"{_fmt(a.kappa)} [{_fmt(low)}, {_fmt(high)}]",
-                    _fmt(a.spearman),
+                    figure(a.accuracy),
+                    f"{figure(a.kappa)} [{figure(low)}, {figure(high)}]",
+                    figure(a.spearman),
                 )
         worst = Table(title="Worst disagreements")
         for name in ("metric", "id", "label", "judge", "answer", "judge's reason"):
@@ -262,7 +262,7 @@ def check(
     out, by why (``MetricCheck.left_out``), and most of them left out makes the check refuse to vouch for
     the judge (``CheckResult.trusted``). The result is stored for ``latest_check`` unless ``store`` is
     false."""
-    from composer.evaluation.scoring import make_judging
+    from composer.evaluation.judging import make_judging
 
     if not 0 < threshold <= 1:
         raise InputError(f"threshold must be in (0, 1], got {threshold}", field="threshold")
@@ -395,7 +395,7 @@ def agreement(judged: Sequence[Judged], categories: Sequence[int]) -> Agreement:
 
 
 def judge_config(
-    judge: str,
+    judge_model: str,
     *,
     metrics: Sequence[str] = (),
     llm_base: str | None = None,
@@ -404,7 +404,7 @@ def judge_config(
 ) -> JudgeConfig:
     """The judge of ``--judge MODEL`` and its endpoint flags, as ``composer eval`` takes them."""
     fields: dict[str, Any] = {
-        "model": judge,
+        "model": judge_model,
         "api_base": llm_base,
         "api_key_env": llm_key_env,
         "timeout": llm_timeout,
@@ -429,7 +429,7 @@ def log_check(result: CheckResult, tracking_uri: str, experiment: str) -> str:
 
     client, found = open_experiment(tracking_uri, experiment)
     run = client.create_run(
-        found, run_name=f"judge check {result.judge}", tags={"composer.kind": "judge_check"}
+        found, run_name=f"judge check {result.judge_model}", tags={"composer.kind": "judge_check"}
     )
     run_id = str(run.info.run_id)
     now = int(time.time() * 1000)
@@ -451,7 +451,7 @@ def log_check(result: CheckResult, tracking_uri: str, experiment: str) -> str:
                     metrics.append(
                         Metric(mlflow_metric_name(f"{check.metric}.{group}.{name}"), float(value), now, 0)
                     )
-    params = [Param("judge", result.judge), Param("labels", result.labels[:500])]
+    params = [Param("judge", result.judge_model), Param("labels", result.labels[:500])]
     client.log_batch(run_id, metrics=metrics, params=params)
     with tempfile.TemporaryDirectory() as folder:
         result.save(folder)
@@ -486,8 +486,9 @@ def _num(value: float) -> float | None:
     return None if value != value else round(float(value), 4)
 
 
-def _fmt(value: float) -> str:
-    return "-" if value != value else f"{value:.2f}"
+def figure(value: float | None) -> str:
+    """An agreement figure as the tables print it: two decimals, "-" when undefined (None or NaN)."""
+    return "-" if value is None or value != value else f"{value:.2f}"
 
 
 def _short(text: str, limit: int = 120) -> str:

@@ -156,8 +156,7 @@ def labelling_sheet(
     from composer.store import sqlite_file
     from composer.study.leaderboard import leaderboard
     from composer.study.study import load_study
-    from composer.tracking.runs import study_runs
-    from composer.tracking.trial import trial_config
+    from composer.tracking.read import study_runs, trial_config
 
     name = study or exp.name
     chosen = metric or (exp.judge.metrics[0] if exp.judge is not None else "faithfulness")
@@ -220,7 +219,7 @@ def _answer_tables(client: MlflowClient, study: str, trials: Sequence[int], runs
     with none is left out, or refused when it is the one asked for."""
     from mlflow.exceptions import MlflowException
 
-    from composer.tracking.runs import read_question_table
+    from composer.tracking.read import read_question_table
 
     tables: dict[int, pd.DataFrame] = {}
     for number in trials:

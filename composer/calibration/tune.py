@@ -6,6 +6,12 @@ drawn from and a held-out part every candidate is scored on (Cohen's kappa, aver
 a judge that only agrees on the answers it was shown gains nothing. Each candidate is judged as
 ``composer judges check`` judges (its replies cached: a rerun sends nothing), and the chosen judge's
 held-out agreement is stored as its check, so a study using it starts checked.
+
+Its own small Optuna loop, not a study's storage, fates and MLflow writer, which would add nothing here:
+each candidate is one ``check`` whose replies are cached in the work dir, so a search killed and run again
+re-asks nothing, with no storage to resume from; a candidate cannot be pruned, lost with a worker, surplus
+or invalid (an equal one is scored once); and the search leaves one judge block and its stored check, its
+trials being the table it prints (``--json``), not MLflow runs.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from composer.calibration.check import DEFAULT_THRESHOLD, CheckResult, check
+from composer.calibration.check import DEFAULT_THRESHOLD, CheckResult, check, figure
 from composer.errors import ConfigError, InputError, config_error
 from composer.files import write_atomic
 from composer.judges.config import JudgeConfig
@@ -153,7 +159,9 @@ def _hash(text: str) -> str:
 
 @dataclass(frozen=True)
 class TuneTrial:
-    """One candidate judge and its held-out agreement: kappa per metric, their mean (``score``)."""
+    """One candidate judge and its held-out agreement: kappa per metric, their mean (``score``). Read from
+    Optuna's trial (its parameters, value and ``kappa`` attribute), typed for the table, the JSON and the
+    tie-break."""
 
     number: int
     model: str
@@ -162,6 +170,13 @@ class TuneTrial:
     draw: int
     score: float
     kappa: dict[str, float | None]
+
+    @classmethod
+    def of(cls, trial: optuna.trial.FrozenTrial) -> TuneTrial:
+        value, p = trial.value, trial.params
+        assert value is not None  # every trial completes: a failed check raises out of the search
+        return cls(trial.number, str(p["model"]), str(p["prompt"]), int(p["shots"]), int(p["draw"]), value,
+                   dict(trial.user_attrs["kappa"]))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -210,8 +225,8 @@ class TuneResult:
                  "shown:"]
         for metric, c in self.check.metrics.items():
             low, high = c.overall.ci["kappa"]
-            lines.append(f"#   {metric}: kappa {_fmt(c.overall.kappa)} [{_fmt(low)}, {_fmt(high)}], "
-                         f"accuracy {_fmt(c.overall.accuracy)}, n {c.overall.n}")
+            lines.append(f"#   {metric}: kappa {figure(c.overall.kappa)} [{figure(low)}, {figure(high)}], "
+                         f"accuracy {figure(c.overall.accuracy)}, n {c.overall.n}")
         lines.append(f"# Use it: `judge: {path.name}` in the experiment, or paste the block under judge:.")
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, "\n".join(lines) + "\n" + dump_yaml({"judge": self.judge_block()}))
@@ -229,7 +244,7 @@ class TuneResult:
         for t in sorted(self.trials, key=lambda t: -t.score):
             mark = " *" if t.number == self.best.number else ""
             table.add_row(f"{t.number}{mark}", t.model, t.prompt, str(t.shots), str(t.draw),
-                          *(_fmt(t.kappa[m]) for m in metrics), _fmt(t.score))
+                          *(figure(t.kappa[m]) for m in metrics), figure(t.score))
         return Group(table, self.check.render())
 
 
@@ -261,9 +276,8 @@ def tune(
     metrics = list(space.metrics) or sorted({lb.metric for lb in labels})
     split = split_labels(labels, space.held_out, space.seed)
     scored: dict[str, tuple[float, dict[str, float | None], CheckResult]] = {}
-    trials: list[TuneTrial] = []
 
-    def objective(trial: optuna.Trial) -> float:
+    def score_candidate(trial: optuna.Trial) -> float:
         model = str(trial.suggest_categorical("model", list(dict.fromkeys(space.models))))
         prompt = str(trial.suggest_categorical("prompt", list(dict.fromkeys(space.prompts))))
         shots = int(trial.suggest_categorical("shots", list(space.shots)))
@@ -277,19 +291,20 @@ def tune(
             kappa = {m: _finite(c.overall.kappa) for m, c in result.metrics.items()}
             scored[key] = (_mean(kappa), kappa, result)
         score, kappa, _ = scored[key]
-        trials.append(TuneTrial(trial.number, model, prompt, shots, draw, score, kappa))
+        trial.set_user_attr("kappa", kappa)
         return score
 
     study = optuna.create_study(direction="maximize", sampler=_sampler(space))
     with track_usage() as usage:
-        study.optimize(objective, n_trials=min(space.n_trials, space.grid_size()))
+        study.optimize(score_candidate, n_trials=min(space.n_trials, space.grid_size()))
+    trials = [TuneTrial.of(t) for t in study.trials]
     # At equal agreement the cheaper judge: fewer examples to send, the plain prompt, the earlier trial.
     best = max(trials, key=lambda t: (t.score, -t.shots, t.prompt == "default", -t.number))
     judge = _judge(space, metrics, best.model, best.prompt,
                    draw_examples(split.train, metrics, best.shots, best.draw, space.seed))
     held = f"{where} (held out: {len({lb.id for lb in split.held_out})} answers)"
     result = scored[judge.model_dump_json()][2]
-    result = CheckResult(result.judge, held, result.metrics, result.usage, time.time())
+    result = CheckResult(result.judge_model, held, result.metrics, result.usage, time.time())
     if store:
         store_checks(workdir, result.records())
     return TuneResult(trials, best, judge, result, split, where, usage.to_dict())
@@ -345,7 +360,3 @@ def _mean(kappa: dict[str, float | None]) -> float:
     among the held-out answers) counts 0, as a judge that tells nothing apart."""
     values = [0.0 if k is None else k for k in kappa.values()]
     return sum(values) / len(values) if values else 0.0
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None or value != value else f"{value:.2f}"

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from composer.data.types import Corpus, QuestionSet
     from composer.evaluation import EvaluationReport
     from composer.evaluation.gate import Scores
-    from composer.evaluation.scoring import Judging
+    from composer.evaluation.judging import Judging
     from composer.pipeline.config import PipelineConfig
 
 
@@ -75,7 +75,7 @@ def eval_command(
         help="litellm model that answers (e.g. ollama/qwen2.5, openai/gpt-4o-mini; overrides the config's "
         "generation.model). Without any, answers are extractive.",
     ),
-    judge: str | None = typer.Option(
+    judge_model: str | None = typer.Option(
         None, "--judge", help="litellm model that judges the answers (default: the --llm model)."
     ),
     llm_base: str | None = typer.Option(
@@ -151,15 +151,15 @@ def eval_command(
         report: EvaluationReport
         if run is not None:
             given = read_run(run)
-            judging = _run_judging(run, bool(given.answers), judge, llm_base, llm_key_env, llm_timeout,
+            judging = _run_judging(run, bool(given.answers), judge_model, llm_base, llm_key_env, llm_timeout,
                                    wanted, workdir, strict)
             report = evaluate_run(question_set, given.hits, ks=k, match=match, corpus=docs, order=order,
                                   answers=given.answers or None, judging=judging)
         else:
             assert config is not None
             pipeline_config = _pipeline_config(config, llm, llm_base, llm_key_env)
-            settings = _run_llm(pipeline_config, judge, llm_timeout)
-            judging = _judging(pipeline_config, settings, judge, llm_base, llm_key_env, wanted, workdir,
+            settings = _run_llm(pipeline_config, judge_model, llm_timeout)
+            judging = _judging(pipeline_config, settings, judge_model, llm_base, llm_key_env, wanted, workdir,
                                strict)
             _check_llms(pipeline_config, settings, judging)
             report = _run_pipeline(pipeline_config, settings, judging, docs, question_set, k, match, workdir,
@@ -170,7 +170,7 @@ def eval_command(
             assert baseline is not None
             if not isinstance(old, Scores):
                 assert docs is not None  # _baseline asked for the corpus
-                old = Scores.of(_run_pipeline(old, _run_llm(old, judge, llm_timeout), judging, docs,
+                old = Scores.of(_run_pipeline(old, _run_llm(old, judge_model, llm_timeout), judging, docs,
                                               question_set, k, match, workdir, qdrant, progress=not as_json),
                                 str(baseline))
             report = report.with_gate(run_gate(report, str(questions), old, metric=metric, margin=margin))
@@ -239,7 +239,7 @@ def _question_set(
 def _run_judging(
     run: Path,
     has_answers: bool,
-    judge: str | None,
+    judge_model: str | None,
     llm_base: str | None,
     llm_key_env: str | None,
     llm_timeout: float | None,
@@ -249,7 +249,7 @@ def _run_judging(
 ) -> Judging | None:
     """The judge of a run file's own answers with --judge, else None; a judge's flag without --judge, or
     a judge with no answers or no LLM metric to grade, is an error rather than silently unused."""
-    if judge is None:
+    if judge_model is None:
         judge_flags = {"--llm-base": llm_base, "--llm-key-env": llm_key_env, "--llm-timeout": llm_timeout,
                        "--metrics": metrics or None}
         named = ", ".join(name for name, v in judge_flags.items() if v is not None)
@@ -262,8 +262,8 @@ def _run_judging(
     from composer.pipeline.config import PipelineConfig
 
     no_pipeline = PipelineConfig()
-    settings = _run_llm(no_pipeline, judge, llm_timeout)
-    judging = _judging(no_pipeline, settings, judge, llm_base, llm_key_env, metrics, workdir, strict)
+    settings = _run_llm(no_pipeline, judge_model, llm_timeout)
+    judging = _judging(no_pipeline, settings, judge_model, llm_base, llm_key_env, metrics, workdir, strict)
     if judging is None:
         raise InputError(f"--metrics {', '.join(metrics)}: none is judged by an LLM", field="metrics")
     _check_llms(no_pipeline, settings, judging)
@@ -349,11 +349,11 @@ def _print_report(report: EvaluationReport, out: Path | None, answers: str | Non
         console.print(f"report written to {out}", markup=False, highlight=False)
 
 
-def _run_llm(config: PipelineConfig, judge: str | None, timeout: float | None) -> Any:
+def _run_llm(config: PipelineConfig, judge_model: str | None, timeout: float | None) -> Any:
     """The run's LLM settings (the per-request timeout) for whichever model is in play."""
     from composer.llm import LLMConfig
 
-    model = config.generation.model or judge
+    model = config.generation.model or judge_model
     if model is None or timeout is None:
         return None
     return LLMConfig(model=model, timeout=timeout)
@@ -365,14 +365,14 @@ def _check_llms(config: PipelineConfig, settings: Any, judging: Judging | None) 
     from composer.llm.preflight import check_reachable
 
     generator = config.generation.llm_config(settings)
-    judge = judging.client.config if judging is not None else None
-    check_reachable([c for c in (generator, judge) if c is not None], before="the evaluation started")
+    judge_llm = judging.client.config if judging is not None else None
+    check_reachable([c for c in (generator, judge_llm) if c is not None], before="the evaluation started")
 
 
 def _judging(
     config: PipelineConfig,
     settings: Any,
-    judge: str | None,
+    judge_model: str | None,
     llm_base: str | None,
     llm_key_env: str | None,
     metrics: list[str],
@@ -382,7 +382,7 @@ def _judging(
     """The judge when one is asked for or an LLM answers; a clear error when judge metrics lack an LLM.
     Unless ``strict``, failed samples never end the eval: on 5 questions one failure would (the judge's
     share allows none), so they are listed and the rest scored."""
-    from composer.evaluation.scoring import make_judging
+    from composer.evaluation.judging import make_judging
     from composer.judges import GENERATION_METRICS, JUDGE_METRICS, JudgeConfig, require_llm
 
     unknown = [m for m in metrics if m not in GENERATION_METRICS]
@@ -390,11 +390,11 @@ def _judging(
         raise InputError(f"unknown metric(s) {unknown}; LLM metrics: {', '.join(JUDGE_METRICS)}",
                          field="metrics")
     generator = config.generation.llm_config(settings)
-    require_llm(metrics, generator, judge)
+    require_llm(metrics, generator, judge_model)
     judged = [m for m in metrics if m in JUDGE_METRICS]
-    if generator is None and judge is None:
+    if generator is None and judge_model is None:
         return None
-    fields: dict[str, Any] = {"model": judge}
+    fields: dict[str, Any] = {"model": judge_model}
     if metrics:  # refusal metrics alone need answers, not a judge
         if not judged:
             return None

@@ -36,7 +36,6 @@ def export_command(
     from composer.console import make_console
     from composer.errors import InputError
     from composer.record import TrialRecord
-    from composer.study._storage import load_study
     from composer.study.experiment import locate_study
     from composer.study.export import best_trial, export_document, write_export
     from composer.study.registry import (
@@ -48,6 +47,7 @@ def export_command(
         held_out_loss,
         register_winner,
     )
+    from composer.study.study import load_study
 
     if out is None and register is None:
         raise InputError("say where: --out FILE, or --register NAME", field="out")

@@ -20,7 +20,7 @@ def index_command(
     ),
     workdir: Path = WORKDIR,
     qdrant: str | None = QDRANT,
-    report: bool = typer.Option(
+    every_line: bool = typer.Option(
         False, "--report", help="Print what reading the folder did: files, pages, characters, files "
         "skipped and why, Arabic/Persian repairs by kind.", metavar=""
     ),
@@ -41,9 +41,9 @@ def index_command(
 
     docs = load_corpus(corpus, strict=strict, follow_links=follow_links)
     console = make_console()
-    if docs.report is not None:  # a folder: its one-line summary always, every line with --report
-        lines = docs.report.lines()
-        for line in lines if report else lines[:1]:
+    if docs.tally is not None:  # a folder: its one-line summary always, every line with --report
+        lines = docs.tally.lines()
+        for line in lines if every_line else lines[:1]:
             console.print(line, markup=False, highlight=False)
     with pipeline_progress() as hook:
         pipeline = Pipeline.from_config(config or PipelineConfig(), workdir=workdir, qdrant=qdrant,

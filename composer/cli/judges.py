@@ -48,7 +48,9 @@ LLM_TIMEOUT = typer.Option(
 @judges_app.command("check")
 def check_command(
     labels: Path = LABELS,
-    judge: str = typer.Option(..., "--judge", help="litellm model that judges, as for `composer eval`."),
+    judge_model: str = typer.Option(
+        ..., "--judge", help="litellm model that judges, as for `composer eval`."
+    ),
     llm_base: str | None = LLM_BASE,
     llm_key_env: str | None = LLM_KEY_ENV,
     llm_timeout: float | None = LLM_TIMEOUT,
@@ -91,7 +93,7 @@ def check_command(
     found = read_labels(labels, questions)
     wanted = [m.strip() for value in metrics for m in value.split(",") if m.strip()]
     config = judge_config(
-        judge,
+        judge_model,
         metrics=wanted or sorted({lb.metric for lb in found}),
         llm_base=llm_base,
         llm_key_env=llm_key_env,

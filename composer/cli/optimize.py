@@ -48,10 +48,9 @@ def optimize_command(
     from composer.llm.spend import purpose_line
     from composer.redact import scrub_url
     from composer.study import budget
-    from composer.study._storage import load_study
     from composer.study.experiment import load_experiment
     from composer.study.leaderboard import failure_causes, render_leaderboard, report_console
-    from composer.study.study import run_study
+    from composer.study.study import load_study, run_study
 
     # MLflow logs its table migrations and trace flushes at INFO; the live view is the progress report.
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")

@@ -63,18 +63,18 @@ def report_command(
 def render_report(study: optuna.Study, exp: ExperimentConfig, ui_url: str | None = None) -> str:
     """The page's HTML: every value escaped, the charts as inline PNG, MLflow runs linked in the UI at
     ``ui_url`` (see ``ui_base``)."""
-    from composer.study import _report
+    from composer.study import finish, plots
     from composer.study.leaderboard import WEIGHTS_ATTR, leaderboard
 
     base = ui_base(exp.tracking_uri, ui_url)
     board = leaderboard(study)
     trials = study.get_trials(deepcopy=False)
-    charts = _report.plots(study, exp)
+    charts = plots.plots(study, exp)
     best = None if board.empty or board.iloc[0]["state"] != "COMPLETE" else int(board.iloc[0]["trial"])
     weights = dict(study.user_attrs.get(WEIGHTS_ATTR, {}))
     runs = _mlflow_runs(exp, study.study_name, base)
     title = f"Composer study {study.study_name}"
-    totals = _report.llm_totals(trials)
+    totals = finish.llm_totals(trials)
     parts = [
         f"<h1>{html.escape(title)}</h1>",
         f"<p>{html.escape(_headline(board, trials))}"
@@ -96,7 +96,7 @@ def render_report(study: optuna.Study, exp: ExperimentConfig, ui_url: str | None
         if key in charts:
             data = base64.b64encode(charts[key]).decode("ascii")
             parts += [f"<h2>{heading}</h2>", f'<img alt="{heading}" src="data:image/png;base64,{data}">']
-        elif key == "param_importances" and charts and (note := _report.importances_note(study)) is not None:
+        elif key == "param_importances" and charts and (note := plots.importances_note(study)) is not None:
             parts += [f"<h2>{heading}</h2>", f"<p>{html.escape(note.capitalize())}.</p>"]
     parts.append(f"<h2>The winner's {WORST} worst questions</h2>")
     worst = None if best is None or runs is None else _worst_questions(runs, best, list(weights))
@@ -181,7 +181,7 @@ def _mlflow_runs(exp: ExperimentConfig, study: str, base: str) -> StudyRuns | No
     from mlflow import MlflowClient
 
     from composer.store import sqlite_file
-    from composer.tracking.runs import study_runs
+    from composer.tracking.read import study_runs
 
     file = sqlite_file(exp.tracking_uri)
     if file is not None and not file.exists():
@@ -356,7 +356,7 @@ def _worst_questions(runs: StudyRuns, number: int, metrics: list[str]) -> pd.Dat
     """The winner's per-question table from MLflow, worst first, cut to the objective's metrics."""
     from mlflow.exceptions import MlflowException
 
-    from composer.tracking.runs import read_question_table
+    from composer.tracking.read import read_question_table
 
     run_id = runs.trials.get(number)
     if run_id is None:

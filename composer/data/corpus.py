@@ -13,7 +13,7 @@ are followed inside the folder; a link out of it is skipped unless ``follow_link
 (Markdown, Word, HTML), else the file stem; page and heading offsets go in the metadata (see
 ``composer.data.documents``). Files that give no document (empty, encrypted, scanned,
 damaged, too large, of another type, text that shows nothing, a FIFO or device, a broken link) are
-skipped with a warning and listed in ``Corpus.report``; with ``strict`` any of them is an error. In tables,
+skipped with a warning and listed in ``Corpus.tally``; with ``strict`` any of them is an error. In tables,
 a document whose text is missing, or shows nothing (only zero-width characters, direction marks, BOMs), is
 an error naming its line.
 """
@@ -40,7 +40,7 @@ from composer.files import check_regular
 from composer.unicode import invisible_only
 
 if TYPE_CHECKING:
-    from composer.data.documents import CorpusReport
+    from composer.data.documents import ReadTally
     from composer.data.documents.folder import Listing
 
 _ALIASES = {
@@ -99,16 +99,16 @@ def _load_folder(root: Path, strict: bool, cache_dir: Path | None, follow_links:
 def _load_files(root: Path, listing: Listing, strict: bool, cache_dir: Path | None) -> Corpus:
     from composer.data.documents import read_documents
 
-    documents, report = read_documents(root, listing.files, listing.unsupported, cache_dir,
+    documents, tally = read_documents(root, listing.files, listing.unsupported, cache_dir,
                                        skipped=listing.skipped)
-    if strict and report.skipped:
-        raise InputError(_skips(report) + " (--strict: every file must give a document)", path=root)
+    if strict and tally.skipped:
+        raise InputError(_skips(tally) + " (--strict: every file must give a document)", path=root)
     if not documents:
-        raise InputError("no file here gives a document: " + _skips(report), path=root)
-    return Corpus(documents, str(root), report=report)
+        raise InputError("no file here gives a document: " + _skips(tally), path=root)
+    return Corpus(documents, str(root), tally=tally)
 
 
-def _skips(report: CorpusReport) -> str:
-    first = "; ".join(f"{doc_id}: {message}" for doc_id, _, message in report.skipped[:3])
-    more = f"; and {len(report.skipped) - 3} more" if len(report.skipped) > 3 else ""
-    return f"{len(report.skipped)} file(s) skipped ({first}{more})"
+def _skips(tally: ReadTally) -> str:
+    first = "; ".join(f"{doc_id}: {message}" for doc_id, _, message in tally.skipped[:3])
+    more = f"; and {len(tally.skipped) - 3} more" if len(tally.skipped) > 3 else ""
+    return f"{len(tally.skipped)} file(s) skipped ({first}{more})"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from composer.unicode import normal_id
 
 if TYPE_CHECKING:
-    from composer.data.documents.report import CorpusReport
+    from composer.data.documents.tally import ReadTally
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ class Corpus:
     Attributes:
         documents: The documents, in their file's order.
         source: Where they were read from.
-        report: What reading a folder did (files, pages, skips, repairs); None for tables and memory.
+        tally: What reading a folder did (files, pages, skips, repairs); None for tables and memory.
 
     Example:
         ::
@@ -150,7 +150,7 @@ class Corpus:
 
     documents: list[Document]
     source: str = "<memory>"
-    report: CorpusReport | None = field(default=None, compare=False, repr=False)
+    tally: ReadTally | None = field(default=None, compare=False, repr=False)
     """What reading a folder did (files, pages, skips, repairs); None for tables and memory."""
 
     def __post_init__(self) -> None:

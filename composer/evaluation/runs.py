@@ -27,7 +27,7 @@ from composer.metrics.matching import MatchMode, default_match_mode, document_of
 from composer.metrics.scorers import AnswerScorer
 
 if TYPE_CHECKING:
-    from composer.evaluation.scoring import Judging
+    from composer.evaluation.judging import Judging
 
 logger = logging.getLogger(__name__)
 

@@ -15,33 +15,26 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from composer.data.ranking import Ranking
 from composer.data.types import Corpus, Question, QuestionSet
-from composer.errors import ConfigError
 from composer.evaluation.columns import score_ranking
+from composer.evaluation.judging import Judging
 from composer.evaluation.report import EvaluationReport, SampleTable, StageError, concat_tables
 from composer.generation import Answer
 from composer.judges import (
-    JUDGE_METRICS,
-    EmbedFn,
     FailureBudget,
     FailureBudgetExceeded,
-    JudgeConfig,
     JudgeSettings,
-    LLMJudge,
     SampleResult,
     judge_answers,
-    make_judges,
     rating_out_of_5,
 )
 from composer.judges.panel import JUDGE_FALLBACK, JUDGE_FALLBACK_SHARE, Stage
-from composer.llm import LLMClient, LLMConfig, Usage, track_usage
+from composer.llm import Usage, track_usage
 from composer.metrics.matching import MatchMode, Universe, default_match_mode
 from composer.metrics.refusal import is_refusal
 
@@ -55,46 +48,6 @@ LLM_META = "llm"
 """Report meta key of the LLM section: models, usage (tokens, cost), error rates, the x.x/5 rating."""
 COST_STAGES = ("expand", "retrieve", "rerank", "generate")
 """Stages a user waits for: their latencies make ``latency_ms`` (judging is the evaluation's, not theirs)."""
-
-
-@dataclass(frozen=True)
-class Judging:
-    """The judges of a run: one client (one model, temperature 0) shared by every batch and trial."""
-
-    client: LLMClient
-    settings: JudgeSettings
-    embed: EmbedFn | None = None
-
-    @property
-    def model(self) -> str:
-        return self.client.config.model
-
-    @cached_property
-    def judges(self) -> dict[str, LLMJudge]:
-        return make_judges(self.client, self.settings, self.embed)
-
-
-def make_judging(
-    judge: JudgeConfig, llm: LLMConfig | None, workdir: Path, *, also: Sequence[str] = ()
-) -> Judging:
-    """The judge of a run from its ``judge:`` settings over the generator's ``llm`` settings; ``also``
-    adds judge metrics (those an objective weighs). Replies are cached under ``<workdir>/cache/llm``."""
-    from composer.embedding import CachedEmbedder
-    from composer.pipeline.workspace import Workspace, shared_embedder
-
-    config = judge.llm_config(llm)
-    if config is None:
-        raise ConfigError(
-            "the judge needs a model: set judge.model or llm.model (or --judge / --llm)", field="judge.model"
-        )
-    extra = [m for m in also if m in JUDGE_METRICS and m not in judge.metrics]
-    if extra:
-        judge = judge.model_copy(update={"metrics": (*judge.metrics, *extra)})
-    workspace = Workspace.get(workdir)
-    embed: EmbedFn | None = None
-    if judge.embedding is not None and judge.needs_embedding():
-        embed = CachedEmbedder(shared_embedder(judge.embedding), workspace.embeddings).encode_queries
-    return Judging(workspace.client(config), judge.settings, embed)
 
 
 @dataclass

@@ -30,10 +30,10 @@ SCHEME = "composer-bm25/v2: composer.text.analyzers + title field (BM25F) + yeh/
 _SCRIPT_NEUTRAL = str.maketrans({"ی": "ي", "ک": "ك"})
 
 
-Report = Callable[[str, int, int], None]
-"""``report(stage, done, total)``: progress of an index build, "analyze" here (BM25's analysis: each text
-is read twice, language and tokens), "index" in ``composer.pipeline.indexing`` (and the embedder's
-"encode")."""
+Progress = Callable[[str, int, int], None]
+"""``progress(stage, done, total)``: how far an index build has got, "analyze" here (BM25's analysis:
+each text is read twice, language and tokens), "index" in ``composer.pipeline.indexing`` (and the
+embedder's "encode")."""
 
 
 class SparseVector(NamedTuple):
@@ -82,16 +82,16 @@ class Bm25Encoder:
         k1: float = 1.2,
         b: float = 0.75,
         title_weight: float = 0.0,
-        report: Report | None = None,
+        progress: Progress | None = None,
     ) -> tuple[Bm25Encoder, SparseRows]:
         """Learn the fields' average lengths from the corpus and encode it in the same pass.
 
         The corpus's term counts are kept for the last few corpora (``_term_counts``): encoders that
         differ only in ``k1``, ``b`` or ``title_weight`` recompute the weights, not the analysis, which
-        ``report("analyze", texts done, texts)`` follows."""
+        ``progress("analyze", texts done, texts)`` follows."""
         texts = list(texts)
         counts = _term_counts(Analyzer(analyzer, stem, stopwords), texts,
-                              titles if title_weight > 0 else None, report)
+                              titles if title_weight > 0 else None, progress)
         n = len(texts)
         titled = counts.title.lengths[counts.title.lengths > 0] if counts.title is not None else None
         enc = cls(
@@ -273,7 +273,7 @@ _TERM_COUNTS: list[tuple[Analyzer, list[str], Sequence[str] | None, _Counts]] = 
 
 
 def _term_counts(
-    analysis: Analyzer, texts: list[str], titles: Sequence[str] | None, report: Report | None = None
+    analysis: Analyzer, texts: list[str], titles: Sequence[str] | None, progress: Progress | None = None
 ) -> _Counts:
     """``_count`` memoized over the last ``TERM_COUNTS_KEPT`` corpora (compared by value: the same chunk
     objects make that an identity check per text). A known corpus given titles anew counts only those."""
@@ -287,10 +287,10 @@ def _term_counts(
             _TERM_COUNTS.insert(0, _TERM_COUNTS.pop(i))
             return counts if titles is not None else _Counts(counts.language, counts.langs, counts.text, None)
     # Detected once: past detect_language's memo (65,536 texts) a second pass would cost as much again.
-    progress = _Progress(report, "analyze", 2 * len(texts) if analysis.name != "plain" else len(texts))
-    detected = None if analysis.name == "plain" else _detect_all(texts, progress)
+    counted = _ShardProgress(progress, "analyze", 2 * len(texts) if analysis.name != "plain" else len(texts))
+    detected = None if analysis.name == "plain" else _detect_all(texts, counted)
     counts = _count(analysis, analysis.collection_language(texts, detected), texts, titles, detected,
-                    progress)
+                    counted)
     _TERM_COUNTS.insert(0, (analysis, texts, None if titles is None else list(titles), counts))
     del _TERM_COUNTS[TERM_COUNTS_KEPT:]
     return counts
@@ -302,7 +302,7 @@ def _count(
     texts: list[str],
     titles: Sequence[str] | None,
     detected: Sequence[Language] | None = None,
-    progress: _Progress | None = None,
+    progress: _ShardProgress | None = None,
 ) -> _Counts:
     """Term counts of the texts (and titles, each read in its text's language); ``detected``: the texts'
     ``detect_language`` when known."""
@@ -324,26 +324,26 @@ def _count_titles(analysis: Analyzer, counts: _Counts, titles: Sequence[str]) ->
     return _field(analysis, [t or "" for t in titles], counts.langs)
 
 
-class _Progress:
-    """``report(stage, done, total)`` advanced by shards of ``composer.index.parallel`` as they finish."""
+class _ShardProgress:
+    """``progress(stage, done, total)`` advanced by shards of ``composer.index.parallel`` as they finish."""
 
-    def __init__(self, report: Report | None, stage: str, total: int) -> None:
-        self.report, self.stage, self.total, self.done = report, stage, total, 0
+    def __init__(self, progress: Progress | None, stage: str, total: int) -> None:
+        self.progress, self.stage, self.total, self.done = progress, stage, total, 0
 
     def shards(self, parts: list[slice]) -> Callable[[int], None] | None:
         """The ``done`` callback for a ``map_shards`` over ``parts``."""
-        if self.report is None:
+        if self.progress is None:
             return None
-        report = self.report
+        progress = self.progress
 
         def done(i: int) -> None:
             self.done += parts[i].stop - parts[i].start
-            report(self.stage, self.done, self.total)
+            progress(self.stage, self.done, self.total)
 
         return done
 
 
-def _detect_all(texts: list[str], progress: _Progress | None = None) -> list[Language]:
+def _detect_all(texts: list[str], progress: _ShardProgress | None = None) -> list[Language]:
     """Every text's ``detect_language``, in worker processes for a large corpus (``index.parallel``)."""
     parts = parallel.shards(len(texts))
     found = parallel.map_shards(_detect, [(texts[part],) for part in parts],
@@ -356,7 +356,7 @@ def _detect(texts: list[str]) -> list[Language]:
 
 
 def _field(
-    analysis: Analyzer, texts: list[str], langs: list[Language | None], progress: _Progress | None = None
+    analysis: Analyzer, texts: list[str], langs: list[Language | None], progress: _ShardProgress | None = None
 ) -> _Field:
     """Each text's distinct token ids and their counts, in worker processes for a large corpus: texts are
     counted independently, so the shards' rows joined are the corpus's rows."""

@@ -195,10 +195,10 @@ class FailureBudget:
             raise FailureBudgetExceeded(self.failed, self.total, self.max_share, usage, self.by_stage)
 
 
-def require_llm(metrics: Sequence[str], llm: object | None, judge: object | None = None) -> None:
+def require_llm(metrics: Sequence[str], llm: object | None, judge_model: str | None = None) -> None:
     """A clear error when LLM metrics are asked for without an LLM, naming the setting to add."""
     wanted = [m for m in metrics if m in GENERATION_METRICS]
-    if wanted and llm is None and judge is None:
+    if wanted and llm is None and judge_model is None:
         raise ComposerError(
             f"{', '.join(wanted)} need an LLM: set llm.model (or --llm MODEL); the judge defaults to it "
             "(judge.model or --judge MODEL picks another)"

@@ -41,7 +41,7 @@ from composer.data.ranking import ChunkTable
 from composer.embedding import CachedEmbedder
 from composer.index import Bm25Encoder, SparseVector, VectorIndex
 from composer.index.base import Found, IndexBuildLost, IndexDamaged, point_id
-from composer.index.bm25 import Report, SparseRows
+from composer.index.bm25 import Progress, SparseRows
 from composer.pipeline.saved import Built, save_index
 from composer.text.analyzers import Analyzer
 
@@ -190,7 +190,7 @@ def open_or_build(
     bm25_options: Mapping[str, Any],
     settings: dict[str, Any],
     embedder: CachedEmbedder | None,
-    report: Report | None = None,
+    progress: Progress | None = None,
     spill: Path | None = None,
     save: SaveTo | None = None,
 ) -> tuple[IndexHandle, bool]:
@@ -202,12 +202,12 @@ def open_or_build(
     index was built from (``composer.pipeline.saved``), so a later process reopens it without the corpus."""
     Analyzer(bm25_options["analyzer"], bm25_options["stem"]).require()
     texts = [c.indexed_text for c in chunks]
-    bm25, sparse = Bm25Encoder.fit(texts, titles, **bm25_options, report=report)
+    bm25, sparse = Bm25Encoder.fit(texts, titles, **bm25_options, progress=progress)
     dense = embedder.encode_passages(texts) if embedder is not None else None
     built = Built(key, chunks, bm25, sparse, dense)
     if save is not None:
         save_index(save.folder, built, save.record)
-    return open_built(backend, built, settings, report=report, spill=spill)
+    return open_built(backend, built, settings, progress=progress, spill=spill)
 
 
 @dataclass(frozen=True)
@@ -223,7 +223,7 @@ def open_built(
     built: Built,
     settings: dict[str, Any],
     *,
-    report: Report | None = None,
+    progress: Progress | None = None,
     spill: Path | None = None,
 ) -> tuple[IndexHandle, bool]:
     """The collection ``built.key`` opened after its check (True), or filled from ``built`` now (False)."""
@@ -238,13 +238,13 @@ def open_built(
         return handle, True
     meta = {"bm25": bm25.to_dict(), "n_chunks": len(chunks), "settings": settings, "dim": dim,
             "digest": digest}
-    _fill(backend, key, chunks, dense, sparse, meta, report)
+    _fill(backend, key, chunks, dense, sparse, meta, progress)
     try:
         backend.finish(key)
     except IndexBuildLost:  # the build was dropped or replaced by another worker's
         if _built_elsewhere(backend, key) and _reusable(backend, handle, digest):
             return handle, True
-        _fill(backend, key, chunks, dense, sparse, meta, report)
+        _fill(backend, key, chunks, dense, sparse, meta, progress)
         backend.finish(key)
     return handle, False
 
@@ -341,7 +341,7 @@ def _fill(
     dense: np.ndarray | None,
     sparse: SparseRows,
     meta: dict[str, Any],
-    report: Report | None,
+    progress: Progress | None,
 ) -> None:
     """Create the collection (dropping what it held) and upsert every chunk, reporting progress.
 
@@ -350,13 +350,13 @@ def _fill(
     """
     backend.create(key, meta["dim"], meta)
     total = len(chunks)
-    if report is not None:
-        report("index", 0, total)
+    if progress is not None:
+        progress("index", 0, total)
     for lo in range(0, total, INDEX_BLOCK):
         hi = min(lo + INDEX_BLOCK, total)
         backend.upsert(key, chunks[lo:hi], None if dense is None else dense[lo:hi], sparse[lo:hi])
-        if report is not None:
-            report("index", hi, total)
+        if progress is not None:
+            progress("index", hi, total)
 
 
 def _built_elsewhere(backend: VectorIndex, key: str) -> bool:

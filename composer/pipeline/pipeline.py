@@ -11,32 +11,31 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from composer.chunking.chunk import Chunk
 from composer.data.ranking import Ranking
 from composer.data.types import Corpus, Hit, Question, Run
 from composer.embedding import CachedEmbedder
 from composer.errors import ComposerError
-from composer.generation import Answer, Generator, answer_questions, contexts_for
-from composer.index.base import IndexDamaged, IndexInfo
+from composer.generation import Answer, Generator
+from composer.index.base import IndexInfo
 from composer.llm import LLMClient, LLMConfig, judge_config
+from composer.pipeline.answers import AnswerHook, memoized_answers
 from composer.pipeline.config import PipelineConfig, load_pipeline_config
-from composer.pipeline.indexing import IndexHandle, SaveTo, open_built, open_or_build
-from composer.pipeline.saved import SAVED_DIR, find_saved, load_index, missing_index
+from composer.pipeline.indexing import IndexHandle, SaveTo, open_or_build
+from composer.pipeline.reopening import open_saved, reopen_newest
+from composer.pipeline.saved import SAVED_DIR
+from composer.pipeline.searches import index_branches
 from composer.pipeline.workspace import Workspace, shared_embedder
 from composer.retrieval import Reranker, make_reranker
-from composer.retrieval.candidates import Search
 from composer.retrieval.config import BM25_SETTINGS
-from composer.retrieval.expansion import Expansion, QueryExpander
-from composer.retrieval.retriever import Branches, Latency, Retriever
+from composer.retrieval.expansion import QueryExpander
+from composer.retrieval.retriever import Latency, Retriever
 
 if TYPE_CHECKING:
     from composer.data.types import StageError
@@ -50,14 +49,6 @@ SCRATCH = "scratch"
 ProgressHook = Callable[[str, int, int], None]
 """``hook(stage, done, total)`` for stage in "analyze", "encode", "index", "query", "answer"; the CLI draws
 Rich bars from it, a study's live view its status line."""
-
-AnswerHook = Callable[[int], None]
-"""``hook(n)``: n more questions answered (for live progress while a slow LLM answers)."""
-
-
-def _rescored(scores: np.ndarray, items: list[int]) -> list[tuple[int, float]]:
-    return list(zip(items, scores.tolist(), strict=True))
-
 
 class Pipeline:
     """Index a corpus once per index key, then rank questions and answer them.
@@ -157,7 +148,9 @@ class Pipeline:
         """The open index: the one ``index`` opened, else the newest saved in the work dir for this
         config (reopened without reading the corpus); a ComposerError when there is none."""
         if self._handle is None:
-            self._use(self._reopen())
+            identity = self.embedder.identity if self.config.needs_dense_index else None
+            self._use(reopen_newest(self.workspace, self.config.index_settings(), identity,
+                                    spill=self.workspace.workdir / SCRATCH, progress=self.progress))
         return self._handle  # type: ignore[return-value]  # set by _use
 
     @property
@@ -194,7 +187,8 @@ class Pipeline:
         handle = self.workspace.indexes.get(key)
         reused = True
         if handle is None:
-            opened = self._open_saved(key, rebuildable=True)
+            opened = open_saved(self.workspace, key, self.config.index_settings(), rebuildable=True,
+                                spill=self.workspace.workdir / SCRATCH, progress=self.progress)
             if opened is not None:
                 handle, reused = opened
         if handle is None:
@@ -210,7 +204,7 @@ class Pipeline:
                 bm25_options=self.config.retrieval.model_dump(include=set(BM25_SETTINGS)),
                 settings=self.config.index_settings(),
                 embedder=self.embedder if dense else None,
-                report=self.progress,
+                progress=self.progress,
                 spill=self.workspace.workdir / SCRATCH,
                 save=SaveTo(self.saved_indexes / key, record),
             )
@@ -232,47 +226,6 @@ class Pipeline:
         self._chunks = handle.chunks
         self._retriever = None
         self.__dict__.pop("_chunk_by_id", None)
-
-    def _reopen(self) -> IndexHandle:
-        """The newest index saved in the work dir for this config, opened (see ``handle``)."""
-        identity = self.embedder.identity if self.config.needs_dense_index else None
-        settings = self.config.index_settings()
-        found = find_saved(self.saved_indexes, settings, identity)
-        if not found:
-            raise missing_index(self.saved_indexes, settings)
-        key = found[0].name
-        handle = self.workspace.indexes.get(key)
-        if handle is None:
-            opened = self._open_saved(key, rebuildable=False)
-            if opened is None:  # removed since find_saved saw it
-                raise missing_index(self.saved_indexes, settings)
-            handle = opened[0]
-        return handle
-
-    def _open_saved(self, key: str, *, rebuildable: bool) -> tuple[IndexHandle, bool] | None:
-        """Index ``key`` opened from what its build saved, and whether its collection was reused (False:
-        refilled from the saved data); None if nothing is saved for it. Damaged saved data raises
-        IndexDamaged, or with ``rebuildable`` (the corpus is at hand) is removed with a warning."""
-        folder = self.saved_indexes / key
-        if not (folder / "index.json").is_file():
-            return None
-        try:
-            built = load_index(folder)
-        except IndexDamaged as exc:
-            if not rebuildable:
-                raise
-            logger.warning("%s; rebuilding it from the corpus", exc)
-            shutil.rmtree(folder, ignore_errors=True)
-            return None
-        handle, reused = open_built(
-            self.workspace.backend,
-            built,
-            self.config.index_settings(),
-            report=self.progress,
-            spill=self.workspace.workdir / SCRATCH,
-        )
-        self.workspace.indexes[key] = handle
-        return handle, reused
 
     def universe(self) -> Mapping[str, tuple[str, str]]:
         """Every indexed chunk as chunk_id -> (doc_id, text): the pool that answer matching judges."""
@@ -398,7 +351,8 @@ class Pipeline:
             cfg = self.config
             self._retriever = Retriever(
                 cfg.retrieval,
-                self._branches(),
+                index_branches(self.handle, self.workspace.backend,
+                               self.embedder if self.handle.dim is not None else None),
                 self.workspace.candidates,
                 reranker=self.reranker,
                 reranks=cfg.rerank.method != "none",
@@ -407,52 +361,6 @@ class Pipeline:
                 floor=self.workspace.depth,
             )
         return self._retriever
-
-    def _branches(self) -> Branches:
-        """The two searches of this pipeline's index: Qdrant finds the candidates, ``handle.exact``
-        scores them (see ``composer.pipeline.indexing``)."""
-        handle, backend = self.handle, self.workspace.backend
-        points, exact = handle.points, handle.exact
-
-        def bm25(texts: list[str], depth: int) -> list[list[tuple[int, float]]]:
-            queries = handle.bm25.encode_queries(texts, exact.column)
-            found = backend.search_bm25(handle.key, queries, depth)
-            out = [_rescored(exact.rescore_bm25(q, items := [points[pid] for pid, _ in hits]), items)
-                   for q, hits in zip(queries, found, strict=True)]
-            exact.release()  # a batch's candidates touch most pages of a large index's vectors
-            return out
-
-        if handle.dim is None:
-            return Branches(handle.table, None, (handle.key, "bm25"), None, bm25)
-
-        def search_dense(vectors: np.ndarray, depth: int) -> list[list[tuple[int, float]]]:
-            found = backend.search_dense(handle.key, vectors, depth)
-            out = [_rescored(exact.rescore_dense(v, items := [points[pid] for pid, _ in hits]), items)
-                   for v, hits in zip(vectors, found, strict=True)]
-            exact.release()
-            return out
-
-        def dense(texts: list[str], depth: int) -> list[list[tuple[int, float]]]:
-            return search_dense(self.embedder.encode_queries(texts), depth)
-
-        def hyde(expansions: Sequence[Expansion]) -> Search:
-            by_key = {"\x00".join((e.question, *e.passages)): e for e in expansions}
-            return lambda keys, depth: search_dense(self._hyde_vectors([by_key[k] for k in keys]), depth)
-
-        slot = (handle.key, "dense", self.embedder.query_prefix)
-        return Branches(handle.table, slot, (handle.key, "bm25"), dense, bm25, hyde)
-
-    def _hyde_vectors(self, expansions: Sequence[Expansion]) -> np.ndarray:
-        """HyDE: the mean of the question's vector and its hypothetical passages' vectors, unit length."""
-        vectors = np.array(self.embedder.encode_queries([e.question for e in expansions]), dtype=np.float32)
-        passages = [p for e in expansions for p in e.passages]
-        if passages:
-            encoded = iter(self.embedder.encode_passages(passages))
-            for i, e in enumerate(expansions):
-                if e.passages:
-                    mean = np.mean([vectors[i], *(next(encoded) for _ in e.passages)], axis=0)
-                    vectors[i] = mean / (np.linalg.norm(mean) or 1.0)
-        return vectors
 
     @property
     def reranker(self) -> Reranker:
@@ -531,33 +439,10 @@ class Pipeline:
         Answer carries the contexts it was given. A failed generation is an Answer with ``text`` None and
         the failure in ``result``, never an exception; past ``max_failures`` failed answers the remaining
         calls are cancelled (see ``answer_questions``). Answers are memoized per (answerer, question,
-        contexts): a trial that retrieved what an earlier one did answers without a call."""
-        items = list(questions)
-        rows = {qid: row for row, qid in enumerate(ranking.question_ids)}
-        limit = self.config.generation.max_contexts
-        contexts = [tuple(contexts_for(ranking.hits(rows[q.id]), limit)) for q in items]
-        answerer = self.config.generation.model_dump_json(exclude={"api_key_env", "max_contexts"})
-        memo = self.workspace.answers
-        slots = [(answerer, q.question, c) for q, c in zip(items, contexts, strict=True)]
-        out = {q.id: memo[s] for q, s in zip(items, slots, strict=True) if s in memo}
-        todo = [(q, c, s) for q, c, s in zip(items, contexts, slots, strict=True) if q.id not in out]
-        if out and on_answer is not None:
-            on_answer(len(out))
-        fresh = answer_questions(
-            [q for q, _, _ in todo],
-            [c for _, c, _ in todo],
-            self.generator,
-            max_failures=max_failures,
-            on_answer=on_answer,
-        )
-        for q, _, slot in todo:
-            answer = fresh.get(q.id)
-            if answer is None:
-                continue  # cancelled: the failure budget ran out
-            if not answer.failed:
-                memo[slot] = answer
-            out[q.id] = answer
-        return {q.id: out[q.id] for q in items if q.id in out}
+        contexts): a trial that retrieved what an earlier one did answers without a call
+        (``composer.pipeline.answers``)."""
+        return memoized_answers(questions, ranking, self.config.generation, self.generator,
+                                self.workspace.answers, max_failures=max_failures, on_answer=on_answer)
 
     def _helper_llm(self, model: str | None = None) -> LLMClient:
         """The client for query expansion and LLM reranking: ``model`` (default the generator's) at

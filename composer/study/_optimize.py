@@ -18,7 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from composer.errors import ComposerError, StudyStopped, causes, option
-from composer.record import TrialRecord
+from composer.record import TrialRecord, lost_trial
 from composer.study import _optuna
 from composer.study._workers import (
     MAX_RETRIES,
@@ -34,7 +34,6 @@ from composer.study.fate import Fate, failure_of, fate_of
 if TYPE_CHECKING:
     import optuna
 
-    from composer.tracking.trial import TrialReport
     from composer.tracking.writer import StudyTracker
 
 logger = logging.getLogger(__name__)
@@ -89,20 +88,20 @@ TrialHook = Callable[["optuna.Study", "optuna.trial.FrozenTrial", "Sequence[optu
 def after_each_trial(
     *hooks: TrialHook,
     tracker: StudyTracker | None = None,
-    reports: Callable[[int], TrialReport] | None = None,
     untagged_after_s: float | None = None,
 ) -> Callable[[optuna.Study, optuna.trial.FrozenTrial], None]:
     """One Optuna callback, called once Optuna has told a trial's end: the trial, as stored, goes to the
-    MLflow ``tracker`` with what it produced (``reports``: ``TrialRunner.pop_report``), then the hooks
-    that read the study's trials share one read of them (each read is a query of the storage, ~4 ms).
+    MLflow ``tracker`` (which reads what it produced from the artifacts file the runner spooled under its
+    number), then the hooks that read the study's trials share one read of them (each read is a query of
+    the storage, ~4 ms).
     With a ``tracker``, trials of workers that died meanwhile (another process of this study, on this
     machine) are failed and queued again first, so their slots are not counted as held and no worker stops
     one trial short; they, and the trials Optuna failed here for a lost heartbeat before this trial began,
     get a FAILED MLflow run."""
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        if tracker is not None and reports is not None:
-            tracker.submit(trial, reports(trial.number))
+        if tracker is not None:
+            tracker.submit(trial)
         trials = study.get_trials(deepcopy=False)
         if tracker is not None:
             lost = fail_trials_of_gone_workers(study, trials, untagged_after_s=untagged_after_s)
@@ -110,7 +109,7 @@ def after_each_trial(
                 retry_lost_trial(study, t)
             stale = failed_by_heartbeat(study)
             if lost or stale:
-                tracker.lost([(t, LOST) for t in lost] + [(t, STALE) for t in stale])
+                tracker.lost([lost_trial(t, LOST) for t in lost] + [lost_trial(t, STALE) for t in stale])
                 trials = study.get_trials(deepcopy=False)
         for hook in hooks:
             hook(study, trial, trials)
@@ -177,7 +176,6 @@ class Runner(Protocol):
 
     trial_id: int | None
     fatal: ComposerError | None
-    reports: dict[int, TrialReport]
 
     def __call__(self, trial: optuna.Trial) -> float | tuple[float, ...]: ...
 
@@ -216,7 +214,7 @@ def optimize(
                 if lost is None or failure_of(lost) != "lost":
                     raise
                 if tracker is not None:  # a run it may have had is closed FAILED
-                    tracker.lost([(lost, STALE)])
+                    tracker.lost([lost_trial(lost, STALE)])
                 logger.warning("trial #%d was failed by another process that took this one for dead; its "
                                "configuration runs again", lost.number)
     except KeyboardInterrupt:
@@ -245,15 +243,15 @@ INTERRUPTED = "interrupted by Ctrl-C: it takes none of n_trials; the study runs 
 
 def _write_interrupted(study: optuna.Study, runner: Runner, tracker: StudyTracker) -> None:
     """The trial a Ctrl-C cut off is told by Optuna (FAIL, mid-trial) or was told as the signal landed in
-    the callback, before its run was queued: it gets its run all the same, so every finished trial has one."""
+    the callback, maybe before its run was queued: it gets its run all the same (once: ``submit`` queues a
+    trial once), so every finished trial has one."""
     trial = None if runner.trial_id is None else _optuna.get_trial(study, runner.trial_id)
     if trial is None or not trial.state.is_finished():
         return
-    report = runner.reports.pop(trial.number, None)
-    if report is not None:
-        tracker.submit(trial, report)
-    elif failure_of(trial) == "lost":
-        tracker.lost([(trial, INTERRUPTED)])
+    if failure_of(trial) == "lost":
+        tracker.lost([lost_trial(trial, INTERRUPTED)])
+    else:
+        tracker.submit(trial)
 
 
 def record_lost_trials(study: optuna.Study, tracker: StudyTracker, *, untagged_after_s: float) -> None:
@@ -261,7 +259,7 @@ def record_lost_trials(study: optuna.Study, tracker: StudyTracker, *, untagged_a
     run: at once for a process of this machine that is gone, by heartbeat for the others."""
     recover_lost_trials(study, untagged_after_s=untagged_after_s)
     stale = {t.number for t in failed_by_heartbeat(study)}
-    lost = [(t, STALE if t.number in stale else LOST) for t in study.get_trials(deepcopy=False)
+    lost = [lost_trial(t, STALE if t.number in stale else LOST) for t in study.get_trials(deepcopy=False)
             if failure_of(t) == "lost"]
     if lost:
         tracker.lost(lost)

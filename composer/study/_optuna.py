@@ -2,10 +2,10 @@
 
 Optuna's public API has no way to tag a trial from a sampler's ``before_trial`` (before any sampling), read a
 running trial's system attributes, read every trial without a copy, fail another process's trial, reach
-the storage's heartbeat-stale-trial callback, or choose the thread that records a running trial's
-heartbeat: its own callbacks and samplers go through the storage for these, and so does Composer, here and
-nowhere else. tests/study/test_optuna_adapter.py checks each against the installed Optuna, so an upgrade that
-moves one fails there, by name, not deep in a study.
+the storage's heartbeat-stale-trial callback, record a trial's heartbeat, or choose the thread that records
+it: its own callbacks and samplers go through the storage for these, and so does Composer, here and nowhere
+else. tests/study/test_optuna_adapter.py checks each against the installed Optuna, so an upgrade that moves
+one fails there, by name, not deep in a study.
 """
 
 from __future__ import annotations
@@ -88,6 +88,24 @@ def stale_trial_callback(study: optuna.Study) -> Callable[[optuna.Study, FrozenT
 
     storage = study._storage
     return storage.get_heartbeat_stale_trial_callback() if isinstance(storage, BaseHeartbeat) else None
+
+
+def heartbeat_interval(storage: BaseStorage) -> int:
+    """Seconds between a running trial's heartbeats on ``storage``, which must have heartbeats."""
+    from optuna.storages._heartbeat import BaseHeartbeat
+
+    assert isinstance(storage, BaseHeartbeat)
+    interval = storage.get_heartbeat_interval()
+    assert interval is not None
+    return interval
+
+
+def record_heartbeat(storage: BaseStorage, tid: int) -> None:
+    """Record that trial ``tid`` is alive, on a storage with heartbeats."""
+    from optuna.storages._heartbeat import BaseHeartbeat
+
+    assert isinstance(storage, BaseHeartbeat)
+    storage.record_heartbeat(tid)
 
 
 def use_heartbeat(beat: Callable[[int, BaseStorage], AbstractContextManager[Any]]) -> None:

@@ -95,11 +95,9 @@ class Heartbeat:
     """Heartbeats not yet stopped, by the thread that started them (a study runs in one thread)."""
 
     def __init__(self, trial_id: int, storage: BaseStorage) -> None:
-        from optuna.storages._heartbeat import BaseHeartbeat
-
-        assert isinstance(storage, BaseHeartbeat)
         self.trial_id = trial_id
         self.storage = storage
+        self.interval = _optuna.heartbeat_interval(storage)
         self.stopped = threading.Event()
         self.owner = threading.get_ident()
         self.thread = threading.Thread(target=self._beat, name=f"composer-heartbeat-{trial_id}", daemon=True)
@@ -117,11 +115,9 @@ class Heartbeat:
         self._beating.get(self.owner, set()).discard(self)
 
     def _beat(self) -> None:
-        interval = self.storage.get_heartbeat_interval()
-        assert interval is not None
         while True:
-            self.storage.record_heartbeat(self.trial_id)
-            if self.stopped.wait(interval):
+            _optuna.record_heartbeat(self.storage, self.trial_id)
+            if self.stopped.wait(self.interval):
                 return
 
     @classmethod

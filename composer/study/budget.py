@@ -21,7 +21,7 @@ from composer.study.experiment import StopConfig
 if TYPE_CHECKING:
     import optuna
 
-    from composer.study.runner import StudyData
+    from composer.study.data import StudyData
 
 SPENT_ATTR = "composer.llm_spent"
 """Trial system attribute: a running trial's LLM spend so far, {"cost": dollars, "requests": n}."""

@@ -15,12 +15,12 @@ from composer.llm.config import LLMConfig
 from composer.llm.preflight import measure_latency
 from composer.pipeline.config import PipelineConfig
 from composer.study._optimize import finished_distinct
-from composer.study._report import stored_held_out
+from composer.study.finish import stored_held_out
 
 if TYPE_CHECKING:
     import optuna
 
-    from composer.study.runner import StudyData
+    from composer.study.data import StudyData
 
 MAX_CONFIGS = 64
 """Configurations priced at most: a larger space is priced on a seeded random sample of this many."""

@@ -128,6 +128,32 @@ _STUDY_NAME = re.compile(r"[\w.\-]+")
 
 
 class ExperimentConfig(Strict):
+    """An experiment file (``experiments/*.yaml``) as a model: what a study optimizes, on which data, and
+    where its results live. ``composer.optimize`` takes one as its target, and its keys as keyword
+    arguments (typed by ``composer.options.ExperimentOptions``); docs/reference/experiment.md lists every key.
+
+    Attributes:
+        name: The study's name: the same name and work dir resume it.
+        corpus: The corpus (optional with ``system``, which searches its own).
+        questions: The question set (or ``synth``, which generates one).
+        search_space: The search-space file.
+        objective: What the study maximizes (an ``ObjectiveConfig``).
+        n_trials: Trials to run (with ``timeout``, whichever ends first).
+        workdir: Caches, storage and inputs; default ``.composer``.
+
+    Example:
+        ::
+
+            experiment = composer.ExperimentConfig(
+                name="demo",
+                corpus="examples/arcd-sample/corpus.jsonl",
+                questions="examples/arcd-sample/questions.jsonl",
+                search_space="search_spaces/arabic-offline.yaml",
+                n_trials=3,
+            )
+            result = composer.optimize(experiment, batch_size=20)
+    """
+
     name: Annotated[str, AfterValidator(check_study_name)]
     corpus: Path | None = Field(
         default=None, description="The corpus; optional with system: (the system searches its own)."
@@ -217,25 +243,31 @@ class ExperimentConfig(Strict):
     # Resolved locations --------------------------------------------------------------------------
     @property
     def work_dir(self) -> Path:
+        """The work dir, resolved (``.composer`` when none is given)."""
         return (self.workdir if self.workdir is not None else DEFAULT_WORKDIR).resolve()
 
     @property
     def storage_url(self) -> str:
+        """The Optuna storage (default: ``optuna.db`` in the work dir)."""
         return self.storage or default_storage(self.work_dir)
 
     @property
     def tracking_uri(self) -> str:
+        """The MLflow store (default: ``mlflow.db`` in the work dir)."""
         return self.mlflow.tracking_uri or default_tracking_uri(self.work_dir)
 
     @property
     def mlflow_experiment(self) -> str:
+        """The MLflow experiment (default: the study's name)."""
         return self.mlflow.experiment or self.name
 
     def secondary_directions(self) -> list[Literal["minimize", "maximize"]]:
+        """Optuna's direction for each secondary objective, in order."""
         return [SECONDARY_DIRECTIONS[m] for m in self.objective.secondary]
 
     @property
     def multi_objective(self) -> bool:
+        """True with secondary objectives: the study is then multi-objective (NSGA-II)."""
         return bool(self.objective.secondary)
 
 

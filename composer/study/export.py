@@ -15,7 +15,7 @@ from composer.errors import InputError
 from composer.files import write_atomic
 from composer.record import TrialRecord
 from composer.redact import scrub, scrub_url
-from composer.study._report import JUDGE_ATTR
+from composer.study.finish import JUDGE_ATTR
 from composer.study.leaderboard import STUDY_ATTR, ranked_trials
 from composer.summary import JudgeAgreement
 from composer.version import composer_version

@@ -25,7 +25,7 @@ from composer.record import TrialRecord
 from composer.redact import scrub_url
 from composer.study.export import export_document
 from composer.summary import HeldOut
-from composer.tracking.runs import ROLE_TAG, STUDY_TAG, TRIAL_TAG
+from composer.tracking.read import ROLE_TAG, STUDY_TAG, TRIAL_TAG
 
 if TYPE_CHECKING:
     import optuna

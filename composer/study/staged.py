@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from composer.errors import ComposerError, ConfigError, option
 from composer.metrics.retrieval import RETRIEVAL_METRICS
 from composer.objective import ObjectiveConfig
+from composer.study.data import StudyData
 from composer.study.experiment import ExperimentConfig
-from composer.study.runner import StudyData
 from composer.study.space import Dimension, SearchSpace
 
 if TYPE_CHECKING:

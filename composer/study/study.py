@@ -3,8 +3,9 @@
 Resuming is the default: the study lives in an RDB storage (SQLite in the workdir unless told otherwise)
 and is loaded if it exists; running the same command again only runs what is missing. The parts live in
 private modules, as Optuna keeps its own: ``_storage`` (opening the storage), ``_sampling`` (samplers,
-the conditional grid, pruners), ``_optimize`` (slots, repeats, surplus and lost trials) and ``_report``
-(held-out re-score, summary, plots); trials run in ``runner`` and are recorded by the MLflow writer
+the conditional grid, pruners) and ``_optimize`` (slots, repeats, surplus and lost trials); ``finish``
+re-scores the winner and writes the summary, ``plots`` draws the charts; trials run in ``runner`` (over
+``data``, what they share) and are recorded by the MLflow writer
 (``writer``, ``tracking``).
 """
 
@@ -18,24 +19,24 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from composer.data.types import Corpus, QuestionSet
+from composer.data.types import QuestionSet
 from composer.errors import ConfigError, option
-from composer.evaluation.splits import split_questions, study_questions
-from composer.llm.preflight import check_reachable
 from composer.llm.spend import Spend
 from composer.protocols import SystemFactory
-from composer.record import SCHEMA, TrialRecord
+from composer.record import TrialRecord
 from composer.redact import scrub_url
-from composer.study import _optimize, _report, budget, staged
+from composer.study import _optimize, budget, finish, staged
 from composer.study._storage import load_study, open_study
-from composer.study.experiment import ExperimentConfig, import_factory
-from composer.study.leaderboard import STUDY_ATTR, leaderboard, ranked_trials, report_console
-from composer.study.runner import StudyData, TrialRunner
-from composer.study.space import SearchSpace, language_warning, load_search_space
+from composer.study.data import StudyData
+from composer.study.experiment import ExperimentConfig
+from composer.study.inputs import check_same_data, load_inputs, study_provenance
+from composer.study.leaderboard import leaderboard, ranked_trials, report_console
+from composer.study.plots import plots
+from composer.study.runner import TrialRunner
+from composer.study.space import SearchSpace
 from composer.summary import HeldOut, StudySummary
 from composer.version import composer_version
 
@@ -157,21 +158,21 @@ def run_study(
     spend = Spend()
     spent = budget.already_spent(exp.stop, exp.storage_url, study_name or exp.name)
     with spend.counting():  # the test requests, and any question generation
-        inputs = _inputs(exp, strict, system, concurrency, preflight=spent is None)
+        inputs = load_inputs(exp, strict, system, concurrency, preflight=spent is None)
     data = inputs.data
     plan = staged.plan_of(exp, data.space, n_trials)
     study = open_study(exp, data.space, name=study_name)
     staged.check_strategy(study, exp.strategy)
-    provenance = _provenance(exp, data.space, data.corpus.fingerprint(), inputs.questions_file,
+    provenance = study_provenance(exp, data.space, data.corpus.fingerprint(), inputs.questions_file,
                              inputs.questions, data.questions)
-    _check_same_data(study, provenance)
-    data.settle(study)  # the objective as the study decided it, over what its systems produce
-    tracker = _tracker(exp, study.study_name, provenance, data.questions, data.objective.weights)
+    check_same_data(study, provenance)
+    settled = data.settle(study)  # the objective as the study decided it, over what its systems produce
+    tracker = _tracker(exp, study.study_name, provenance, data.questions, settled.objective.weights)
     status, parent_run_id = "FAILED", ""
     try:
         _estimate_once(study, exp, data, n_trials if plan is None else plan.generation_trials,
                        inputs.held_out)
-        agreement = _report.judge_agreement(study, exp, data, console)
+        agreement = finish.judge_agreement(study, exp, settled, console)
         with blas_on_one_thread():
             _set_depth(data, data.space)
             parent_run_id = tracker.ready()
@@ -182,25 +183,26 @@ def run_study(
             else:
                 _run_stages(study, exp, data, tracker, console, staged.resumed(plan, study), provenance,
                             inputs.held_out)
+            settled = data.settle(study)  # as its trials (of any worker) settled it
             with spend.track("held_out"):
                 held = (None if inputs.held_out is None
-                        else _report.held_out_once(study, inputs.held_out, data, console))
+                        else finish.held_out_once(study, inputs.held_out, settled, console))
             if held is not None:
                 study.set_user_attr("held_out", held.to_dict())
             seconds = time.monotonic() - started
             with spend.track("selection"):
-                selection = _report.selection_once(study, data)
-            _report.record_spend(study, spend)
-            summary = _report.summary(study, exp, provenance, data.objective, held, selection, seconds,
+                selection = finish.selection_once(study, settled)
+            finish.record_spend(study, spend)
+            summary = finish.summary(study, exp, provenance, settled.objective, held, selection, seconds,
                                       agreement)
             board = leaderboard(study)
-            tracker.log_study(summary, board, _report.plots(study, exp))
+            tracker.log_study(summary, board, plots(study, exp))
             status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
-        _report.record_spend(study, spend)  # a stopped run's requests count in the next summary
+        finish.record_spend(study, spend)  # a stopped run's requests count in the next summary
         tracker.close(status, console)
     result = StudyResult(study.study_name, exp.storage_url, exp.tracking_uri, parent_run_id, summary, board,
                          study, workdir=exp.work_dir, qdrant=exp.qdrant)
@@ -244,7 +246,7 @@ def estimate_study(
     if target is None:
         raise ConfigError(f"an estimate needs a number of trials ({option('n_trials', 'N')})",
                           field="n_trials")
-    inputs = _inputs(exp, strict, None, 8, preflight=False)
+    inputs = load_inputs(exp, strict, None, 8, preflight=False)
     plan = staged.plan_of(exp, inputs.data.space, target)  # stage 1 calls no LLM
     target = target if plan is None else plan.generation_trials
     name = study_name or exp.name
@@ -265,7 +267,7 @@ def _estimate_once(
     from composer.study.estimate import price_study
 
     target = n_trials if n_trials is not None else exp.n_trials
-    if _report.ESTIMATE_ATTR in study.user_attrs or target is None or data.system is not None:
+    if finish.ESTIMATE_ATTR in study.user_attrs or target is None or data.system is not None:
         return
     if not data.llm_endpoints():
         return
@@ -275,60 +277,7 @@ def _estimate_once(
     except Exception as exc:  # an estimate that cannot be made must not stop the study it describes
         logging.getLogger(__name__).warning("no LLM cost estimate for this study: %s", exc)
         return
-    study.set_user_attr(_report.ESTIMATE_ATTR, estimate.headline())
-
-
-@dataclass(frozen=True)
-class _Inputs:
-    """What a study runs on: its trials' data (the selection questions), the whole question set, its
-    file (and whether it was generated just now), and the held-out questions."""
-
-    data: StudyData
-    questions: QuestionSet
-    questions_file: Path
-    generated: bool
-    held_out: QuestionSet | None
-
-
-def _inputs(
-    exp: ExperimentConfig, strict: bool, system: SystemFactory | None, concurrency: int, *,
-    preflight: bool = True,
-) -> _Inputs:
-    """Load the experiment's space, corpus and questions, split them, and check every setting no trial
-    could run with here, before the study starts, not once per trial: an unset key variable, a judge
-    without a model, an objective nothing can score, an LLM out of reach (unless not ``preflight``)."""
-    from composer.data import load_corpus
-
-    if system is None and exp.system is not None:
-        system = import_factory(exp.system)
-    space = load_search_space(exp.search_space, free=system is not None)
-    corpus = load_corpus(exp.corpus) if exp.corpus is not None else Corpus([], "<none>")
-    questions, questions_file, generated = _questions(exp, corpus, strict)
-    questions = study_questions(questions, exp.max_questions, exp.split)
-    selection, held_out = split_questions(questions, exp.split)
-    mismatch = language_warning(space, [d.text for d in corpus.documents[:500]])
-    if mismatch:
-        logging.getLogger(__name__).warning("%s", mismatch)
-    data = StudyData(
-        corpus=corpus,
-        questions=selection,
-        space=space,
-        objective_config=exp.objective,
-        workdir=exp.work_dir,
-        qdrant=exp.qdrant,
-        batch_size=exp.batch_size,
-        llm=exp.llm,
-        judge=exp.judge,
-        system=system,
-        concurrency=concurrency,
-    )
-    if exp.llm is not None:
-        exp.llm.api_key()
-    data.objective  # noqa: B018 - resolves (and warns about) the objective once, building the judge
-    budget.check_prices(data, exp.stop if preflight else None)
-    if preflight:
-        check_reachable(data.llm_endpoints())
-    return _Inputs(data, questions, questions_file, generated, held_out)
+    study.set_user_attr(finish.ESTIMATE_ATTR, estimate.headline())
 
 
 def _tracker(
@@ -337,7 +286,7 @@ def _tracker(
 ) -> StudyTracker:
     """The study's MLflow writer, with the gold answers its traces are assessed against and the weighted
     metrics its runs page view shows."""
-    from composer.tracking.runs import is_local_store
+    from composer.tracking.experiment import is_local_store
     from composer.tracking.writer import StudyTracker, WriterSettings
 
     return StudyTracker(
@@ -394,13 +343,13 @@ def _run_trials(
     guard = _optimize.FailureGuard(exp.stop)
     with StudyProgress(console, target, done, exp.timeout) as progress, _optimize.CtrlC() as ctrl_c:
         runner = TrialRunner(data, target=target, on_stage=progress.stage, on_start=progress.watch,
-                             stop=exp.stop)
-        steering = ConstantMetrics(lambda: data.objective.weights)
+                             stop=exp.stop, spool=tracker.spool)
+        steering = ConstantMetrics(lambda: data.settle(study).objective.weights)
         hooks: list[_optimize.TrialHook] = [ctrl_c.hook, progress, guard, steering]
         if target is not None:
             hooks.insert(0, _optimize.stop_at(target))
         callback = _optimize.after_each_trial(
-            *hooks, tracker=tracker, reports=runner.pop_report, untagged_after_s=2 * exp.heartbeat_interval
+            *hooks, tracker=tracker, untagged_after_s=2 * exp.heartbeat_interval
         )
         _optimize.optimize(study, runner, timeout=exp.timeout, callback=callback, tracker=tracker)
     guard.raise_if_stopped(study.study_name)
@@ -436,11 +385,11 @@ def _retrieval_stage(
     """Run (or continue) stage 1, a study of its own with its own MLflow parent run; the study."""
     first_exp, first_data = staged.first_stage(exp, data, plan, name)
     first = open_study(first_exp, first_data.space, name=first_exp.name)
-    first_data.settle(first)
+    settled = first_data.settle(first)
     first_provenance = {**provenance, "objective": first_exp.objective.model_dump()}
-    _check_same_data(first, first_provenance)
+    check_same_data(first, first_provenance)
     tracker = _tracker(first_exp, first.study_name, first_provenance, first_data.questions,
-                       first_data.objective.weights)
+                       settled.objective.weights)
     status = "FAILED"
     try:
         tracker.ready()
@@ -463,73 +412,12 @@ def _set_depth(data: StudyData, space: SearchSpace) -> None:
         Workspace.get(data.workdir, data.qdrant).depth = space.max_depth()
 
 
-def _questions(exp: ExperimentConfig, corpus: Corpus, strict: bool) -> tuple[QuestionSet, Path, bool]:
-    """The study's question set, its file, and whether it was generated just now: the experiment's file,
-    or the set ``synth:`` generates (once per corpus and settings, then read from the workdir's cache)."""
-    from composer.data import load_questions
-
-    if exp.synth is None:
-        assert exp.questions is not None
-        # Without a corpus (a user's system searching its own collection) no id can be checked against it.
-        known = corpus if exp.corpus is not None else None
-        return load_questions(exp.questions, corpus=known, strict=strict), exp.questions, False
-    from composer.synth import cache_path, synthesize_cached
-
-    path = cache_path(corpus, exp.synth, exp.work_dir)
-    generated = not path.exists()
-    return synthesize_cached(corpus, exp.synth, exp.work_dir), path, generated
-
-
 def _log_synth_report(exp: ExperimentConfig, questions_file: Path) -> None:
     """A generated set's report as its own MLflow run (``synth-<seed>``) beside the study's."""
     from composer.tracking.synth import log_report_to_mlflow
 
     report = json.loads(questions_file.with_suffix(".report.json").read_text(encoding="utf-8"))
     log_report_to_mlflow(report, exp.tracking_uri, exp.mlflow_experiment, questions=questions_file)
-
-
-def _provenance(
-    exp: ExperimentConfig,
-    space: SearchSpace,
-    corpus_fp: str,
-    questions_file: Path,
-    questions: QuestionSet,
-    selection: QuestionSet,
-) -> dict[str, Any]:
-    """What the study was run on; stored on the study, exported with the winner."""
-    return {
-        "experiment": exp.name,
-        "corpus": str(exp.corpus) if exp.corpus is not None else None,
-        "system": exp.system,
-        "corpus_fingerprint": corpus_fp,
-        "questions": str(questions_file),
-        "questions_fingerprint": questions.fingerprint(),
-        "selection_fingerprint": selection.fingerprint(),
-        "n_selection": len(selection),
-        "split": None if exp.split is None else exp.split.model_dump(),
-        "max_questions": exp.max_questions,
-        "search_space": space.source,
-        "k_eval": exp.objective.k,
-        "objective": exp.objective.model_dump(),
-        "composer_version": composer_version(),
-        "record_schema": SCHEMA,
-    }
-
-
-def _check_same_data(study: optuna.Study, provenance: dict[str, Any]) -> None:
-    """Continuing a study on changed data would rank trials scored on different questions together."""
-    stored = study.user_attrs.get(STUDY_ATTR)
-    if stored is None:
-        study.set_user_attr(STUDY_ATTR, {**provenance, "created": datetime.now(timezone.utc).isoformat()})
-        return
-    for key in ("corpus_fingerprint", "selection_fingerprint", "k_eval", "record_schema"):
-        if stored.get(key) != provenance[key]:
-            raise ConfigError(
-                f"study '{study.study_name}' was run with another {key.replace('_', ' ')} "
-                f"({stored.get(key)} vs {provenance[key]}); use another study name "
-                f"({option('study_name', 'NEW')})",
-                field=key,
-            )
 
 
 def _study_params(exp: ExperimentConfig, provenance: dict[str, Any]) -> dict[str, Any]:

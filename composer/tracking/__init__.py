@@ -1,10 +1,11 @@
 """MLflow tracking: what a study, its trials, a question generation and an evaluation log, and how.
 
-``runs`` writes the MLflow runs (a study's parent run, one nested run per trial, per-question traces and
-assessments); ``writer`` runs it in a process of its own, fed through the on-disk ``spool``; ``synth``
-logs a question generation, ``evaluation`` one evaluation report. The parent run is elected through the
-Optuna storage (``parent.ParentClaims``); a trial's run is made after Optuna has told its end, from
-its ``FrozenTrial``, its ``composer.record.TrialRecord`` and its ``trial.TrialReport``. Nothing here
-imports ``composer.study`` (``tests/api/test_import_graph.py``), nor is imported by
-``import composer``.
+A study's runs are written by ``trial_run.RunWriter``: the parent run (``study_run``, elected through the
+Optuna storage: ``parent.ParentClaims``) on a store and experiment checked first (``experiment``), one
+nested run per trial and its traces (``traces``); ``writer`` runs it in a process of its own, fed through
+the on-disk ``spool`` (read back by ``spooled``). A trial's run is made after Optuna has told its end, from
+its ``FrozenTrial``, its ``composer.record.TrialRecord`` and the ``trial.TrialArtifacts`` the runner spooled
+under its number. ``read`` finds the runs again for those who read them (the CLI, calibration, the model
+registry); ``synth`` logs a question generation, ``evaluation`` one evaluation report. Nothing here
+imports ``composer.study`` (``tests/api/test_import_graph.py``), nor is imported by ``import composer``.
 """

@@ -1,6 +1,6 @@
 """The study's MLflow parent run, elected through the Optuna storage: one parent for every worker.
 
-Here, beside the writer that uses it (``composer.tracking.runs``), not with the study: the election is
+Here, beside the writer that uses it (``composer.tracking.study_run``), not with the study: the election is
 MLflow's bookkeeping; it only borrows the study's storage database for its transactions.
 """
 

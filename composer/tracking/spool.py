@@ -2,10 +2,13 @@
 
 A study writes each record into its own spool folder (atomic write) and the writer process
 (``composer.tracking.writer``) deletes a file only once its run is written: records of a killed study, or
-of a writer that died, are written when the study resumes (``Orphans``). Chunk tables are spooled once per
-index, not per trial.
+of a writer that died, are written when the study resumes (``Orphans``). A trial's record is its frozen
+trial alone; what it produced for its run's artifacts and traces (``TrialArtifacts``) was spooled by the
+runner when it finished the trial, under the trial's number, and is deleted with the record. Chunk tables
+are spooled once per index, not per trial.
 
     <workdir>/spool/<study>/<host>-<pid>-<token>/000012-trial.rec   (one folder per live tracker, locked)
+    <workdir>/spool/<study>/artifacts/000012.rec   (trial 12's TrialArtifacts, whichever worker ran it)
     <workdir>/spool/<study>/tables/<index key>/{ids,doc_ids,texts}   (TextColumn files)
     <workdir>/spool/<study>/untraced/000007-trial.rec   (written without traces, until the study ends)
 
@@ -53,9 +56,10 @@ from composer.summary import (
     StudyLog,
     StudySummary,
 )
-from composer.tracking.trial import TrialReport, frozen_from_dict, frozen_to_dict
+from composer.tracking.trial import TrialArtifacts, frozen_from_dict, frozen_to_dict
 
 TABLES = "tables"
+ARTIFACTS = "artifacts"
 TABLE_COLUMNS = ("ids", "doc_ids", "texts")
 UNTRACED = "untraced"
 """Records of trials written without their MLflow traces, kept until the study ends (the leaders' traces
@@ -88,6 +92,8 @@ class Spool:
         self.root = root
         self.tables = root / TABLES
         self.tables.mkdir(parents=True, exist_ok=True)
+        self.artifacts = root / ARTIFACTS
+        self.artifacts.mkdir(exist_ok=True)
         ident = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self._lock = FileLock.create_held(root / f"{ident}{OWNER_LOCK}")
         self.owner = root / ident
@@ -100,6 +106,13 @@ class Spool:
         self._count += 1
         path = self.owner / f"{self._count:06d}-{kind}{RECORD}"
         write_record(path, payload, self.table)
+        return path
+
+    def put_artifacts(self, number: int, artifacts: TrialArtifacts) -> Path:
+        """Write what trial ``number`` produced for its run, as the runner finishes it (before Optuna tells
+        its end): the writer reads it back by the trial's number (``artifacts_file``)."""
+        path = artifacts_file(self.root, number)
+        write_record(path, artifacts, self.table)
         return path
 
     def table(self, table: ChunkTable) -> None:
@@ -129,6 +142,11 @@ class Spool:
             self._lock.path.unlink(missing_ok=True)
             self.owner.with_name(self.owner.name + WRITER_LOCK).unlink(missing_ok=True)
         self._lock.release()
+
+
+def artifacts_file(root: Path, number: int) -> Path:
+    """Where the spool at ``root`` keeps trial ``number``'s ``TrialArtifacts``."""
+    return root / ARTIFACTS / f"{number:06d}{RECORD}"
 
 
 class Refused(Exception):
@@ -210,7 +228,7 @@ def read_record(path: Path, tables: Path, cache: dict[str, ChunkTable]) -> Any:
 
 _CLASSES: dict[str, type[Any]] = {
     cls.__name__: cls
-    for cls in (TrialReport, SampleTable, Ranking, ChunkTable, Hit, StageError, StudyLog, StudySummary,
+    for cls in (TrialArtifacts, SampleTable, Ranking, ChunkTable, Hit, StageError, StudyLog, StudySummary,
                 ObjectiveSummary, IndexCounts, HeldOut, Contender, Difference, Separation,
                 JudgeAgreement)
 }

@@ -1,7 +1,8 @@
 """What the MLflow writer makes a trial's run from, after Optuna has told the trial's end (as
 optuna-integration's ``MLflowCallback`` does): the ``FrozenTrial`` (state, values, parameters, the pruner's
 steps, the worker), its ``TrialRecord`` (read from the frozen trial: config, index, metrics, failure) and
-its ``TrialReport`` (what the trial produced for its artifacts and traces, which no storage keeps).
+its ``TrialArtifacts`` (what the trial produced for its artifacts and traces, which no storage keeps),
+spooled by the runner under the trial's number when it finished the trial (``Spool.put_artifacts``).
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from composer.record import TrialRecord
-
 if TYPE_CHECKING:
     import optuna
 
@@ -19,32 +18,27 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class TrialReport:
+class TrialArtifacts:
     """A trial's evaluation report (so far, for a pruned trial) and how its answers were made; a trial
-    that failed before it had a report may still have what its LLM calls' errors were."""
+    that failed before it had a report may still have what its LLM calls' errors were; one that produced
+    nothing (a repeat, a trial failed unscored) has none of them."""
 
     report: EvaluationReport | None = None
     answerer: str = "extractive"
-    judge: str | None = None
+    judge_model: str | None = None
     generation: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """Per traced question: how its answer was generated (model, template, tokens, cache, failure)."""
     error_rates: Mapping[str, Any] | None = None
     """error_rates.json of a trial that failed before a report (its failure's reason joins it)."""
 
 
-def trial_config(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
-    """The trial's pipeline config (credentials masked) or, for one that never had one, its parameters."""
-    record = TrialRecord.of(trial)
-    return dict(record.config) if record is not None and record.config else dict(trial.params)
-
-
 def frozen_to_dict(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
-    """A frozen trial as plain values (the spool's record of it: JSON, never a pickle)."""
+    """A frozen trial as plain values (the spool's record of it: JSON, never a pickle), read through
+    Optuna's public fields: its storage's id for it is not one, and the writer has no use for it."""
     from optuna.distributions import distribution_to_json
 
     return {
         "number": trial.number,
-        "trial_id": trial._trial_id,
         "state": trial.state.name,
         "values": None if trial.values is None else list(trial.values),
         "datetime_start": trial.datetime_start,
@@ -58,7 +52,8 @@ def frozen_to_dict(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
 
 
 def frozen_from_dict(data: Mapping[str, Any]) -> optuna.trial.FrozenTrial:
-    """``frozen_to_dict`` undone: Optuna's own FrozenTrial."""
+    """``frozen_to_dict`` undone: Optuna's own FrozenTrial, with the id Optuna gives a trial made outside a
+    storage (``optuna.trial.create_trial``)."""
     from optuna.distributions import json_to_distribution
     from optuna.trial import FrozenTrial, TrialState
 
@@ -75,5 +70,5 @@ def frozen_from_dict(data: Mapping[str, Any]) -> optuna.trial.FrozenTrial:
         user_attrs=dict(data["user_attrs"]),
         system_attrs=dict(data["system_attrs"]),
         intermediate_values={int(k): float(v) for k, v in data["intermediate_values"].items()},
-        trial_id=int(data["trial_id"]),
+        trial_id=-1,
     )

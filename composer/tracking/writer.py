@@ -1,10 +1,12 @@
 """The MLflow writer process, and the study's handle on it (``StudyTracker``).
 
 Logging a trial to MLflow (a run, its artifacts, a few traces) costs more than a cached trial's search,
-when Optuna has told a trial's end, the study hands its frozen trial and its report to
-``StudyTracker.submit``, which spools them (``composer.tracking.spool``) and sends the path to a writer
-process running ``RunWriter`` (``composer.tracking.runs``). The study goes on at once; the queue is bounded
-(``MAX_PENDING``), so a study never runs far ahead of what is recorded.
+so it happens off the trials' path. The runner spools what a trial produced for its run under the trial's
+number as it finishes it (``Spool.put_artifacts``); when Optuna has told the trial's end, the study hands
+its frozen trial to ``StudyTracker.submit``, which spools it (``composer.tracking.spool``) and sends the
+path to a writer process running ``RunWriter`` (``composer.tracking.trial_run``): the writer reads the
+trial's ``TrialRecord`` from the frozen trial and its artifacts file, nothing else. The study goes on at
+once; the queue is bounded (``MAX_PENDING``), so a study never runs far ahead of what is recorded.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -33,11 +35,13 @@ from composer.tracking.spool import (
     Orphans,
     Refused,
     Spool,
+    artifacts_file,
     read_record,
     refusal,
     set_aside,
 )
-from composer.tracking.trial import TrialReport
+from composer.tracking.spooled import frozen, trace_leaders, trial_artifacts
+from composer.tracking.trial import TrialArtifacts
 
 if TYPE_CHECKING:
     import optuna
@@ -53,13 +57,15 @@ TRACE_BACKLOG = 2
 question): a trial's 25 traces cost the writer ~1.5 s, and it must keep pace with trials that take
 milliseconds. See ``_traced``."""
 WRITE_ATTEMPTS = 3
-PAYLOADS: dict[str, type[Any]] = {"trial": tuple, "lost": list, "study": StudyLog}
+
+PAYLOADS: dict[str, Callable[[Any], bool]] = {
+    "trial": frozen,
+    "lost": lambda payload: isinstance(payload, list) and all(frozen(trial) for trial in payload),
+    "study": lambda payload: isinstance(payload, StudyLog),
+}
 """What a spool record of each kind holds (``StudyTracker``'s submit, lost and log_study)."""
 RESTARTS = 3
 """How often a study starts its writer again after it died, before leaving the rest spooled."""
-LEADERS = 2
-"""The study's leading trials (winner, runner-up) whose MLflow traces are written after the study if the
-writer was too far behind to write them with their runs."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,8 @@ class StudyTracker:
         self.notes: dict[str, int] = {}
         """Store errors a retry got past (e.g. "database is locked"), and how often: said at the end."""
         self.restarts = 0
+        self.submitted: set[int] = set()
+        """Trials queued: one handed over again (by the study's Ctrl-C handling) is queued once."""
         self.stopped = False
         self.parent_run_id: str | None = None
         self._start()
@@ -138,14 +146,18 @@ class StudyTracker:
             self._receive()
         return self.parent_run_id
 
-    def submit(self, trial: optuna.trial.FrozenTrial, report: TrialReport) -> None:
-        """Queue an ended trial (its record holds its config, credentials masked) and its report."""
+    def submit(self, trial: optuna.trial.FrozenTrial) -> None:
+        """Queue an ended trial (its record holds its config, credentials masked); the runner spooled its
+        artifacts file (``Spool.put_artifacts``) before Optuna told its end."""
+        if trial.number in self.submitted:
+            return
+        self.submitted.add(trial.number)
         self._collect()
-        self._send("trial", (trial, report))
+        self._send("trial", trial)
 
-    def lost(self, trials: Sequence[tuple[optuna.trial.FrozenTrial, str]]) -> None:
-        """Trials whose process died, and why they are taken for dead: a FAILED run each, unless one has a
-        finished run already."""
+    def lost(self, trials: Sequence[optuna.trial.FrozenTrial]) -> None:
+        """Trials whose process died, each saying why it is taken for dead (``composer.record.lost_trial``):
+        a FAILED run each, unless one has a finished run already."""
         self._send("lost", list(trials))
 
     def log_study(self, summary: StudySummary, leaderboard: pd.DataFrame, plots: Mapping[str, bytes]) -> None:
@@ -298,7 +310,7 @@ class StudyTracker:
 
 def serve(inbox: Connection, outbox: Connection) -> None:
     """The writer's loop: open the store, write what dead trackers left, then every item sent."""
-    from composer.tracking.runs import RunWriter
+    from composer.tracking.trial_run import RunWriter
 
     settings, owner = inbox.recv()
     writer_lock = FileLock(owner + WRITER_LOCK)
@@ -360,15 +372,16 @@ def _write(
     notes: list[str] | None = None,
 ) -> str | None:
     """Write one spooled record, retrying a store that hiccups (each error retried goes to ``notes``);
-    None on success, else why it failed (the file then stays for the next run). A trial written without
-    its traces keeps its record in ``untraced/`` until the study ends (see ``_trace_leaders``). A record
-    that cannot be read (damaged, pickled by an older version, another user's) is never retried forever:
-    see ``set_aside``."""
+    None on success, else why it failed (the file then stays for the next run). A trial's record is its
+    frozen trial, written with its artifacts file (``trial_artifacts``); written without its traces, it keeps
+    both, its record in ``untraced/``, until the study ends (see ``trace_leaders``). A record that cannot
+    be read (damaged, pickled by an older version, another user's) is never retried forever: see
+    ``set_aside``."""
     kind = path.name.partition("-")[2].removesuffix(path.suffix)
     try:
         payload = read_record(path, tables_dir, tables)
-        expected = PAYLOADS.get(kind)
-        if expected is None or not isinstance(payload, expected) or (kind == "trial" and not _trial(payload)):
+        valid = PAYLOADS.get(kind)
+        if valid is None or not valid(payload):
             raise ValueError(f"not a {kind!r} record")
     except FileNotFoundError:
         return None  # written and removed meanwhile
@@ -376,24 +389,34 @@ def _write(
         return set_aside(path, exc.why if exc.path == path else str(exc))
     except Exception as exc:
         return set_aside(path, f"{type(exc).__name__}: {exc}")
+    spooled = tables_dir.parent
+    artifacts: TrialArtifacts | None = None
+    if kind == "trial":
+        found = trial_artifacts(writer, path, payload.number, tables_dir, tables)
+        if not isinstance(found, TrialArtifacts):
+            return found
+        artifacts = found
     for attempt in range(1, WRITE_ATTEMPTS + 1):
         try:
-            if kind == "trial":
-                trial, report = payload
-                traced = _traced(writer, trial, backlog)
-                writer.write_trial(trial, report, traces=traced)
-                if not traced and report.report is not None and writer.max_traces != 0:
-                    untraced = tables_dir.parent / UNTRACED
+            if artifacts is not None:
+                traced = _traced(writer, payload, backlog)
+                writer.write_trial(payload, artifacts, traces=traced)
+                if not traced and artifacts.report is not None and writer.max_traces != 0:
+                    untraced = spooled / UNTRACED
                     untraced.mkdir(exist_ok=True)
                     if refusal(untraced) is None:
-                        os.replace(path, untraced / f"{trial.number:06d}-trial{RECORD}")
+                        os.replace(path, untraced / f"{payload.number:06d}-trial{RECORD}")
                         return None
+                # before the record: a record left without its artifacts file names a written run
+                artifacts_file(spooled, payload.number).unlink(missing_ok=True)
             elif kind == "lost":
-                for trial, reason in payload:
-                    writer.write_lost(trial, reason)
+                for trial in payload:
+                    writer.write_lost(trial)
+                    # spooled by a runner whose process died before Optuna told the trial's end
+                    artifacts_file(spooled, trial.number).unlink(missing_ok=True)
             elif kind == "study":
                 writer.write_study(payload.summary, payload.leaderboard, payload.plots)
-                _trace_leaders(writer, tables_dir, payload.leaderboard, tables)
+                trace_leaders(writer, tables_dir, payload.leaderboard, tables)
             path.unlink()
             return None
         except Exception as exc:
@@ -410,7 +433,7 @@ def _traced(writer: Any, trial: optuna.trial.FrozenTrial, backlog: int) -> bool:
     submitted, or a few others (``TRACE_BACKLOG``) and the trial took at least as long as the last traced
     run took to write, so that tracing it keeps pace. A study whose trials outpace the writer gets them
     for its first trial, its slow ones (those that built an index) and, after the study, its leaders
-    (``_trace_leaders``; AutoRAG's space on ARCD: 6 to 8 of 484); a slower one, for every trial."""
+    (``trace_leaders``; AutoRAG's space on ARCD: 6 to 8 of 484); a slower one, for every trial."""
     if backlog == 0:
         return True
     if backlog > TRACE_BACKLOG:
@@ -418,47 +441,6 @@ def _traced(writer: Any, trial: optuna.trial.FrozenTrial, backlog: int) -> bool:
     took: float | None = writer.traced_seconds
     start, end = trial.datetime_start, trial.datetime_complete
     return took is None or (start is not None and end is not None and (end - start).total_seconds() >= took)
-
-
-def _trial(payload: tuple[Any, ...]) -> bool:
-    """Whether a trial record holds what ``StudyTracker.submit`` spools: a frozen trial and its report."""
-    return (len(payload) == 2 and type(payload[0]).__name__ == "FrozenTrial"
-            and isinstance(payload[1], TrialReport))
-
-
-def _trace_leaders(
-    writer: Any, tables_dir: Path, board: pd.DataFrame, tables: dict[str, ChunkTable]
-) -> None:
-    """Write the traces the leaderboard's winner and runner-up went without, then drop the untraced
-    records of the trials it ranks below them: those stay behind (later trials only push them down); a
-    trial it does not list (another worker's, finished since) keeps its record. A record is claimed by
-    renaming it, so two workers ending together write a leader's traces once. Records that are not the
-    user's own are left alone."""
-    folder = tables_dir.parent / UNTRACED
-    if not folder.is_dir() or refusal(folder) is not None:
-        return
-    complete = [int(n) for n in board.loc[board["state"] == "COMPLETE", "trial"]]
-    numbers = complete[:LEADERS]
-    for number in numbers:
-        path = folder / f"{number:06d}-trial{RECORD}"
-        claimed = path.with_name(f"{path.name}.{os.getpid()}")
-        try:
-            if refusal(path) is not None:
-                continue
-            path.rename(claimed)
-            trial, report = read_record(claimed, tables_dir, tables)
-        except FileNotFoundError:
-            continue  # traced with its run, or by another worker
-        except Exception as exc:  # damaged: its run is written; its traces stay in traces.jsonl
-            logger.warning("MLflow: %s", set_aside(claimed, f"{type(exc).__name__}: {exc}"))
-            continue
-        writer.write_late_traces(trial, report, "winner" if number == numbers[0] else "runner-up")
-        claimed.unlink()
-    behind = {int(n) for n in board["trial"]} - set(numbers)
-    for path in folder.glob(f"*-trial{RECORD}"):
-        prefix = path.name.split("-", 1)[0]
-        if prefix.isdigit() and int(prefix) in behind and refusal(path) is None:
-            path.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

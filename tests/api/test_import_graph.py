@@ -1,14 +1,19 @@
-"""The import graph of ``composer/`` has no circles, and ``composer.tracking`` sits below ``composer.study``.
+"""The import graph of ``composer/`` has no circles, between modules or between packages, and
+``composer.tracking`` sits below ``composer.study``.
 
 A circle hidden in a function-local import still ties two modules into one unit (neither can be
 understood, tested or moved alone) and still fails with a half-initialised module when the call
 order changes, so every ``import`` counts: module level, inside functions and classes, inside
-``try``. Imports under ``if TYPE_CHECKING:`` do not count: they never run and only name types for
-the checker. The graph is drawn between files: ``import composer.x`` and ``from composer import x``
-reach ``composer/x/__init__.py`` (or ``composer/x.py``), ``from composer.x import y`` reaches
-``composer/x/y.py`` when ``y`` is a submodule and ``composer/x/__init__.py`` otherwise. A
-submodule's parent ``__init__`` running first is not an edge: a package re-exporting its own
+``try``, and under ``if TYPE_CHECKING:``: such an import never runs, but a reader still has to know the
+module it names to read this one. The graph is drawn between files: ``import composer.x`` and
+``from composer import x`` reach ``composer/x/__init__.py`` (or ``composer/x.py``), ``from composer.x
+import y`` reaches ``composer/x/y.py`` when ``y`` is a submodule and ``composer/x/__init__.py`` otherwise.
+A submodule's parent ``__init__`` running first is not an edge: a package re-exporting its own
 submodules would otherwise always close a false circle.
+
+Between packages, each first-level package and each top-level module is one unit (``composer.study``,
+``composer.api``...): a circle there means no package can be read without the others, even when its
+modules form no circle.
 """
 
 from __future__ import annotations
@@ -31,22 +36,11 @@ def _modules() -> dict[str, Path]:
     return {_module_name(path): path for path in sorted(ROOT.rglob("*.py"))}
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _runtime_imports(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement under ``node`` that can run, skipping ``if TYPE_CHECKING:`` bodies."""
-    for child in ast.iter_child_nodes(node):
+def _imports(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement under ``node``, wherever it is (``TYPE_CHECKING`` blocks included)."""
+    for child in ast.walk(node):
         if isinstance(child, (ast.Import, ast.ImportFrom)):
             yield child
-        elif isinstance(child, ast.If) and _is_type_checking(child.test):
-            for orelse in child.orelse:
-                yield from _runtime_imports(ast.Module(body=[orelse], type_ignores=[]))
-        else:
-            yield from _runtime_imports(child)
 
 
 def _absolute(module: str, is_package: bool, node: ast.ImportFrom) -> str:
@@ -58,9 +52,9 @@ def _absolute(module: str, is_package: bool, node: ast.ImportFrom) -> str:
 
 
 def _targets(module: str, is_package: bool, source: str, modules: dict[str, Path]) -> set[str]:
-    """The composer modules that ``module`` (whose code is ``source``) imports when that code runs."""
+    """The composer modules that ``module`` (whose code is ``source``) imports."""
     found: set[str] = set()
-    for node in _runtime_imports(ast.parse(source, module)):
+    for node in _imports(ast.parse(source, module)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name in modules)
             continue
@@ -144,6 +138,26 @@ def test_no_import_cycles() -> None:
     assert not cycles, "import circles in composer/:\n" + "\n".join(" -> ".join(chain) for chain in cycles)
 
 
+def _unit(module: str) -> str:
+    """The package-level unit of a module: ``composer.study.runner`` -> ``composer.study``."""
+    return ".".join(module.split(".")[:2])
+
+
+def _package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    units: dict[str, set[str]] = {_unit(module): set() for module in graph}
+    for module, targets in graph.items():
+        units[_unit(module)].update(_unit(t) for t in targets if _unit(t) != _unit(module))
+    units.pop("composer", None)  # the root package names the public API: it sits above every unit
+    for targets in units.values():
+        targets.discard("composer")
+    return units
+
+
+def test_no_package_cycles() -> None:
+    cycles = _cycles(_package_graph(_graph()))
+    assert not cycles, "package circles in composer/:\n" + "\n".join(" -> ".join(chain) for chain in cycles)
+
+
 def test_tracking_does_not_import_study() -> None:
     offenders = {
         module: sorted(target for target in targets if target.startswith("composer.study"))
@@ -155,13 +169,17 @@ def test_tracking_does_not_import_study() -> None:
 
 
 def test_graph_sees_hidden_and_relative_imports() -> None:
-    """The checker itself: function-local and relative imports are edges, TYPE_CHECKING ones are not."""
+    """The checker itself: function-local, relative and TYPE_CHECKING imports are edges; a package circle is
+    found where the modules form none."""
     source = (
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from composer.study import study\n"
         "def f():\n    from . import writer\n    import composer.errors\n"
-        "    from composer.tracking.runs import log_run\n"
+        "    from composer.metrics.names import mlflow_metric_name\n"
     )
     targets = _targets("composer.tracking.spool", False, source, _modules())
-    assert targets == {"composer.tracking.writer", "composer.errors", "composer.tracking.runs"}
+    assert targets == {"composer.study.study", "composer.tracking.writer", "composer.errors",
+                       "composer.metrics.names"}
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    modules = {"composer.a.x": {"composer.b.y"}, "composer.b.y": {"composer.a.z"}, "composer.a.z": set()}
+    assert _cycles(_package_graph(modules)) == [["composer.a", "composer.b", "composer.a"]]

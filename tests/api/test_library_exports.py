@@ -298,7 +298,7 @@ def test_errors_about_an_in_memory_space_name_the_argument_not_a_file(
 
 
 def test_a_flat_space_file_still_reads_and_the_full_form_too(tmp_path: Path) -> None:
-    from composer.study.space import load_search_space
+    from composer.study.space_file import load_search_space
 
     flat = tmp_path / "flat.yaml"
     flat.write_text("retrieval.k: [3, 5]\nretrieval.b: {low: 0, high: 1}\n", encoding="utf-8")
@@ -363,8 +363,8 @@ def test_a_trials_identity_is_what_the_space_builds_before_the_llm_blocks_settin
     from composer.data.types import Corpus, QuestionSet
     from composer.llm.config import LLMConfig
     from composer.objective import ObjectiveConfig
-    from composer.study.runner import StudyData, config_hash
-    from composer.study.space import parse_search_space
+    from composer.study.data import StudyData, config_hash
+    from composer.study.space_file import parse_search_space
 
     llm = LLMConfig(model="openai/m", api_base="http://127.0.0.1:9", max_tokens=200, params={"seed": 11})
     space = parse_search_space({"dimensions": {"retrieval.k": {"choices": [3, 5]}}})

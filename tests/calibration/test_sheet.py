@@ -15,12 +15,11 @@ from pathlib import Path
 import pytest
 from fake_llm_server import ChatRequest, FakeLLMServer, Reply
 from sample_study import SAMPLE, write_experiment
-from scripted_llm import ScriptedRAG, kind_of
+from scripted_llm import ScriptedRAG, golds_of, kind_of
 from typer.testing import CliRunner
 
 from composer.calibration.sheet import LabellingSheet, SheetRow, labelling_sheet
 from composer.cli.app import app
-from composer.data import load_questions
 from composer.judges.labels import load_labels, plain_cell
 from composer.study.experiment import load_experiment
 
@@ -45,7 +44,7 @@ def judged_study(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pat
     """Two trials (two answer templates) of six questions, judged for faithfulness; the server stays up
     for the labels' check."""
     root = tmp_path_factory.mktemp("judged")
-    golds = {q.question: q.gold_answers[0] for q in load_questions(SAMPLE / "questions.jsonl")}
+    golds = golds_of(SAMPLE / "questions.jsonl")
     with FakeLLMServer(GradedRAG(golds)) as server:
         exp_file = write_experiment(
             root, dims=GENERATING, n_questions=6, name="graded", sampler={"name": "grid", "seed": None},

@@ -10,17 +10,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fake_llm_server import FakeLLMServer, hang, malformed, rate_limited, server_error
-from scripted_llm import ScriptedRAG
+from scripted_llm import ScriptedRAG, golds_of
 from typer.testing import CliRunner
 
 from composer.cli.app import app
-from composer.data import load_questions
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "arcd-sample"
 N = 8
@@ -40,10 +38,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture()
-def server(files: dict[str, Path]) -> Iterator[FakeLLMServer]:
-    golds = {q.question: q.gold_answers[0] for q in load_questions(files["questions"])}
-    with FakeLLMServer(ScriptedRAG(golds)) as srv:
-        yield srv
+def fake_llm_golds(files: dict[str, Path]) -> dict[str, str]:
+    return golds_of(files["questions"])
 
 
 def run_eval(files: dict[str, Path], workdir: Path, *extra: str) -> Any:
@@ -53,11 +49,11 @@ def run_eval(files: dict[str, Path], workdir: Path, *extra: str) -> Any:
 
 
 def test_eval_with_an_llm_answers_judges_and_reports_usage(
-    server: FakeLLMServer, files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fake_llm: FakeLLMServer, files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(KEY_ENV, SECRET)
     out = tmp_path / "report"
-    llm = ["--llm", "openai/fake", "--llm-base", server.url, "--llm-key-env", KEY_ENV,
+    llm = ["--llm", "openai/fake", "--llm-base", fake_llm.url, "--llm-key-env", KEY_ENV,
            "--metrics", "answer_correctness,faithfulness", "--metrics", "llm_judge_rating", "--json"]
     result = run_eval(files, tmp_path / "work", *llm, "--out", str(out))
     assert result.exit_code == 0, result.output
@@ -72,11 +68,11 @@ def test_eval_with_an_llm_answers_judges_and_reports_usage(
     assert llm_section["generator"] == "openai/fake" and llm_section["judge"] == "openai/fake"
     assert llm_section["llm_judge_rating"] == "4.0/5"
     usage = llm_section["usage"]
-    assert usage["llm_requests"] == server.chat_requests and usage["llm_prompt_tokens"] > 0
+    assert usage["llm_requests"] == fake_llm.chat_requests and usage["llm_prompt_tokens"] > 0
     assert usage["llm_completion_tokens"] > 0 and usage["llm_unpriced_requests"] == usage["llm_requests"]
     assert llm_section["error_rates"]["failed_samples"] == 0
     # The key reached the server and nothing else.
-    assert all(r.headers.get("authorization") == f"Bearer {SECRET}" for r in server.received)
+    assert all(r.headers.get("authorization") == f"Bearer {SECRET}" for r in fake_llm.received)
     assert SECRET not in result.output
     for path in out.iterdir():
         assert SECRET not in path.read_text(encoding="utf-8"), path.name
@@ -86,20 +82,20 @@ def test_eval_with_an_llm_answers_judges_and_reports_usage(
     assert all(t["reasons"]["faithfulness"] for t in traces)
 
     # The same evaluation again is served from the LLM cache: no request reaches the server.
-    paid = server.chat_requests
+    paid = fake_llm.chat_requests
     again = run_eval(files, tmp_path / "work", *llm)
     assert again.exit_code == 0, again.output
     cached = json.loads(again.stdout)
-    assert server.chat_requests == paid
+    assert fake_llm.chat_requests == paid
     assert cached["llm"]["usage"]["llm_cached_calls"] == cached["llm"]["usage"]["llm_calls"] > 0
     assert cached["metrics"]["faithfulness"] == metrics["faithfulness"]
 
 
 def test_eval_survives_rate_limits_server_errors_timeouts_and_bad_replies(
-    server: FakeLLMServer, files: dict[str, Path], tmp_path: Path
+    fake_llm: FakeLLMServer, files: dict[str, Path], tmp_path: Path
 ) -> None:
-    server.enqueue(rate_limited(0.05), server_error(500), hang(2.5), malformed(), server_error(503))
-    result = run_eval(files, tmp_path / "work", "--llm", "openai/gpt-4o-mini", "--llm-base", server.url,
+    fake_llm.enqueue(rate_limited(0.05), server_error(500), hang(2.5), malformed(), server_error(503))
+    result = run_eval(files, tmp_path / "work", "--llm", "openai/gpt-4o-mini", "--llm-base", fake_llm.url,
                       "--llm-timeout", "1", "--json")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
@@ -136,14 +132,14 @@ def test_eval_without_an_llm_answers_extractively_and_makes_no_call(
 
 
 def test_too_many_failed_samples_fail_the_evaluation_with_the_reason(
-    server: FakeLLMServer, files: dict[str, Path], tmp_path: Path
+    fake_llm: FakeLLMServer, files: dict[str, Path], tmp_path: Path
 ) -> None:
-    server.route = lambda req: rate_limited(0.01)  # retried at once, not after the default backoff
+    fake_llm.route = lambda req: rate_limited(0.01)  # retried at once, not after the default backoff
     config = files["root"] / "fragile.yaml"
     config.write_text("retrieval: {mode: bm25, k: 3}\n", encoding="utf-8")
     args = ["eval", str(files["questions"]), "--corpus", str(EXAMPLE / "corpus.jsonl"),
             "--config", str(config), "--workdir", str(tmp_path / "work"),
-            "--llm", "openai/fake", "--llm-base", server.url, "--json", "--strict"]
+            "--llm", "openai/fake", "--llm-base", fake_llm.url, "--json", "--strict"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2
     assert "samples failed, above the allowed share of 10%" in result.output

@@ -13,7 +13,7 @@ from sample_study import SAMPLE, write_experiment
 from typer.testing import CliRunner
 
 from composer.cli.app import app
-from composer.tracking.trial import TrialReport
+from composer.tracking.trial import TrialArtifacts
 
 DIMS = {"retrieval.mode": {"choices": ["bm25"]}, "retrieval.k": {"type": "int", "low": 1, "high": 20}}
 
@@ -151,7 +151,7 @@ def test_ui_on_loopback_does_not_warn(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def _mlflow_log(number: int, state: str, metrics: dict[str, float], questions: tuple[str, str] = ("a?", "b?"),
-                answers: tuple[str, str] | None = None) -> tuple[FrozenTrial, TrialReport]:
+                answers: tuple[str, str] | None = None) -> tuple[FrozenTrial, TrialArtifacts]:
     import numpy as np
     from writer_logs import TABLE
 

@@ -284,7 +284,8 @@ def test_failures_are_summarised_by_cause() -> None:
 
 
 def test_an_arabic_only_space_on_a_persian_corpus_is_flagged(tmp_path: Path) -> None:
-    from composer.study.space import language_warning, load_search_space
+    from composer.study.space import language_warning
+    from composer.study.space_file import load_search_space
 
     space = write_space(tmp_path, {"retrieval.mode": {"choices": ["bm25"]},
                                    "retrieval.analyzer": {"choices": ["isri", "tashaphyne"]}})

@@ -150,8 +150,8 @@ def test_arabic_and_persian_pdfs_read_back_as_typed(tmp_path: Path, lang: str, o
     for (_, text), paragraphs in zip(found, pages, strict=True):
         assert _similarity(text, " ".join(paragraphs)) >= 0.98
     assert HEADER[lang] not in doc.text and FOOTER[lang].format(n=2) not in doc.text
-    assert corpus.report is not None
-    repairs = corpus.report.repairs
+    assert corpus.tally is not None
+    repairs = corpus.tally.repairs
     assert repairs["headers_footers"] == 6 and repairs["line_breaks"] > 0
     if "forms" in order:
         assert repairs["presentation_forms"] > 100
@@ -159,7 +159,7 @@ def test_arabic_and_persian_pdfs_read_back_as_typed(tmp_path: Path, lang: str, o
     if lang == "ar" and "forms" in order:
         assert repairs["lam_alef"] > 0  # لا, السلام, الإسلام drawn as one glyph
     assert before < 0.98  # pypdf orders right-to-left runs itself: text stored as typed comes out reversed
-    assert corpus.report.pages == 3 and corpus.report.files_read == 1
+    assert corpus.tally.pages == 3 and corpus.tally.files_read == 1
 
 
 def test_repairs_of_controls_tatweel_hyphens_and_mixed_lines() -> None:
@@ -295,7 +295,7 @@ def test_html_without_navigation_chrome(tmp_path: Path) -> None:
         "افتتاح الفرع الجديد",
         "افتتاح الفرع الجديد > ساعات العمل",
     ]
-    assert corpus.report is not None and corpus.report.repairs["bidi_controls"] == 2
+    assert corpus.tally is not None and corpus.tally.repairs["bidi_controls"] == 2
 
 
 def test_markdown_title_is_its_first_heading(tmp_path: Path) -> None:
@@ -418,8 +418,8 @@ def test_bad_files_are_one_line_each_and_the_rest_is_read(
     with caplog.at_level(logging.WARNING, logger="composer"):
         corpus = load_corpus(bad_folder, cache_dir=tmp_path / "cache")
     assert [d.id for d in corpus] == ["good.md"]
-    assert corpus.report is not None
-    skipped = {doc_id: (reason, message) for doc_id, reason, message in corpus.report.skipped}
+    assert corpus.tally is not None
+    skipped = {doc_id: (reason, message) for doc_id, reason, message in corpus.tally.skipped}
     assert set(skipped) == set(EXPECTED_SKIPS)
     for doc_id, (reason, fragment) in EXPECTED_SKIPS.items():
         assert skipped[doc_id][0] == reason and fragment in skipped[doc_id][1], (doc_id, skipped[doc_id])
@@ -431,7 +431,7 @@ def test_bad_files_are_one_line_each_and_the_rest_is_read(
     # Nothing half-read is cached: the vanished file has no entry; the content-determined skips do.
     rows = sqlite3.connect(tmp_path / "cache" / FILENAME).execute("SELECT value FROM extracted").fetchall()
     assert len(rows) == 4  # corrupt, locked, scan, bomb
-    lines = corpus.report.lines()
+    lines = corpus.tally.lines()
     assert lines[0].startswith("read 1 file(s) (1 .md; 0 from cache)") and lines[0].endswith("8 skipped")
     assert lines[1] == (
         "skipped 8 file(s): 1 empty, 1 encrypted, 1 scanned, 1 too large, 3 unreadable, 1 unsupported"
@@ -492,10 +492,10 @@ def test_unchanged_folder_is_read_from_the_cache(tmp_path: Path, monkeypatch: py
         m.setitem(folder_module.EXTRACTED, ".html", never)
         again = load_corpus(root, cache_dir=tmp_path / "cache")
     assert again.documents == first.documents and again.fingerprint() == first.fingerprint()
-    assert again.report is not None and again.report.from_cache == 2
+    assert again.tally is not None and again.tally.from_cache == 2
     (root / "news.html").write_text(HTML.replace("الثامنة مساء", "العاشرة مساء"), encoding="utf-8")
     changed = load_corpus(root, cache_dir=tmp_path / "cache")
-    assert changed.report is not None and changed.report.from_cache == 1
+    assert changed.tally is not None and changed.tally.from_cache == 1
     assert changed.fingerprint() != first.fingerprint()
 
 

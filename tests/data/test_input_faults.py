@@ -32,8 +32,8 @@ def _jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 
 def _skips(corpus: Corpus) -> dict[str, tuple[str, str]]:
-    assert corpus.report is not None
-    return {doc_id: (reason, message) for doc_id, reason, message in corpus.report.skipped}
+    assert corpus.tally is not None
+    return {doc_id: (reason, message) for doc_id, reason, message in corpus.tally.skipped}
 
 
 def _index(tmp_path: Path, corpus: Path, *options: str) -> Any:
@@ -78,7 +78,7 @@ def test_links_out_of_the_folder_are_skipped_with_a_warning_and_a_row(
     assert "--follow-links" in skips["notes.md"][1]
     for name in skips:
         assert sum(f"{name}: skipped: a link to" in r.getMessage() for r in caplog.records) == 1, name
-    assert corpus.report is not None and corpus.report.lines()[0].endswith("3 skipped")
+    assert corpus.tally is not None and corpus.tally.lines()[0].endswith("3 skipped")
     with pytest.raises(InputError, match=r"3 file\(s\) skipped.*--strict"):
         load_corpus(linked_folder, strict=True, cache_dir=tmp_path / "cache")
 
@@ -198,8 +198,8 @@ def test_a_fifo_and_a_broken_link_are_skipped_rows_and_strict_fails(
     skips = _skips(corpus)
     assert skips["pipe.md"] == ("special file", "a FIFO (named pipe), not a regular file: never opened")
     assert skips["gone.md"] == ("broken link", "a link to deleted.md, which does not exist")
-    assert corpus.report is not None
-    assert corpus.report.lines()[:2] == [
+    assert corpus.tally is not None
+    assert corpus.tally.lines()[:2] == [
         "read 1 file(s) (1 .md; 0 from cache): 0 page(s), 11 characters; 2 skipped",
         "skipped 2 file(s): 1 broken link, 1 special file",
     ]

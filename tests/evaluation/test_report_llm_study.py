@@ -16,13 +16,12 @@ import optuna
 import pytest
 from fake_llm_server import FakeLLMServer
 from sample_study import write_sample_study
-from scripted_llm import ScriptedRAG
+from scripted_llm import ScriptedRAG, golds_of
 from typer.testing import CliRunner
 
 from composer.cli.app import app
 from composer.cli.report import DEFAULT_UI_URL, TOP, Link, _held_out_section, _table, ui_base
 from composer.cli.ui import ui_command
-from composer.data import load_questions
 from composer.files import write_atomic
 from composer.record import TrialRecord
 from composer.study.experiment import ExperimentConfig, load_experiment
@@ -79,7 +78,7 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ran]:
 
     root = tmp_path_factory.mktemp("report-round3")
     sample = Path(__file__).resolve().parents[2] / "examples" / "arcd-sample"
-    golds = {q.question: q.gold_answers[0] for q in load_questions(sample / "questions.jsonl")}
+    golds = golds_of(sample / "questions.jsonl")
     with FakeLLMServer(ScriptedRAG(golds)) as server:
         exp_file = write_sample_study(root, space=SPACE, experiment=EXPERIMENT.replace("{url}", server.url),
                                       n_questions=16)

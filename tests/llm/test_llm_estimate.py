@@ -20,13 +20,12 @@ from typing import Any
 import pytest
 from fake_llm_server import ChatRequest, FakeLLMServer, Reply
 from sample_study import write_experiment, write_questions
-from scripted_llm import ScriptedRAG
+from scripted_llm import ScriptedRAG, golds_of
 from typer.testing import CliRunner
 
 import composer
 from composer.cli.app import app
 from composer.cost.estimate import Estimate
-from composer.data import load_questions
 from composer.llm.pricing import count_text_tokens, count_tokens
 
 MODEL = "openai/fake"
@@ -62,7 +61,7 @@ class Billing:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeLLMServer, Path]]:
     root = tmp_path_factory.mktemp("priced")
-    golds = {q.question: q.gold_answers[0] for q in load_questions(write_questions(root, 15))}
+    golds = golds_of(write_questions(root, 15))
     with FakeLLMServer(Billing(ScriptedRAG(golds))) as srv:
         write_experiment(root, dims=DIMS, defaults=DEFAULTS, n_questions=15, file="exp.yaml", **FIELDS,
                          llm={"model": MODEL, "api_base": srv.url,

@@ -150,7 +150,7 @@ def test_trials_and_the_judge_share_one_loaded_embedding_model(
     """A model loads once per process: every pipeline with the same embedding settings, and a judge that
     embeds with them, use one embedder (each pipeline keeps its own cache counters)."""
     from composer.embedding import make_embedder
-    from composer.evaluation.scoring import make_judging
+    from composer.evaluation.judging import make_judging
     from composer.judges import JudgeConfig
     from composer.llm import LLMConfig
 

@@ -344,7 +344,7 @@ def test_overrides_apply_before_validation(tmp_path: Path) -> None:
 def test_llm_dimensions_work_in_search_spaces() -> None:
     import optuna
 
-    from composer.study.space import parse_search_space
+    from composer.study.space_file import parse_search_space
 
     space = parse_search_space({
         "defaults": {"generation": {"model": "openai/a"}},

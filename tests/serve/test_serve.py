@@ -25,7 +25,6 @@ import uvicorn
 from fake_llm_server import FakeLLMServer, server_error
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from scripted_llm import ScriptedRAG
 
 import composer
 from composer.data import load_corpus, load_questions
@@ -58,11 +57,16 @@ def golds() -> dict[str, str]:
     return {q.question: q.gold_answers[0] for q in questions}
 
 
+@pytest.fixture(scope="module")
+def fake_llm_golds(golds: dict[str, str]) -> dict[str, str]:
+    """The scripted model knows the answers of the questions the tests ask."""
+    return golds
+
+
 @pytest.fixture()
-def llm(golds: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLMServer]:
-    monkeypatch.setenv(KEY_ENV, KEY)
-    with FakeLLMServer(ScriptedRAG(golds), latency=0.05) as server:
-        yield server
+def fake_llm_latency() -> float:
+    """Slow replies: the answers are still in flight together."""
+    return 0.05
 
 
 def llm_config(server: FakeLLMServer) -> dict[str, Any]:
@@ -255,36 +259,38 @@ def test_the_stream_is_server_sent_events_ending_done(client: TestClient) -> Non
 
 
 def test_an_llm_pipeline_answers_concurrently_and_never_shows_its_key(
-    llm: FakeLLMServer, golds: dict[str, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+    fake_llm: FakeLLMServer, golds: dict[str, str], tmp_path: Path, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
     fast = LLMConfig(model="openai/fake", timeout=5, backoff_base=0.01, backoff_max=0.02, max_retries=1)
-    pipe = Pipeline.from_config(llm_config(llm), workdir=tmp_path, llm=fast)
+    pipe = Pipeline.from_config(llm_config(fake_llm), workdir=tmp_path, llm=fast)
     pipe.index(load_corpus(CORPUS))
     questions = list(golds)
     caplog.set_level(logging.DEBUG)
     with serving(create_app(PipelineEngine(pipe, "llm"))) as base, httpx.Client(base_url=base) as http:
-        llm.reset_counts()
+        fake_llm.reset_counts()
 
         def ask(question: str) -> httpx.Response:
             return http.post("/ask", json={"question": question}, timeout=30)
 
         with ThreadPoolExecutor(6) as pool:
             replies = list(pool.map(ask, questions))
-        assert llm.max_in_flight > 1  # answering is not serialized behind the ranking lock
+        assert fake_llm.max_in_flight > 1  # answering is not serialized behind the ranking lock
         assert [r.json()["answer"] for r in replies] == [f"{golds[q]} بحسب السياق" for q in questions]
         assert replies[0].json()["citations"] and replies[0].json()["latency_ms"] >= 50
         chat = http.post("/v1/chat/completions",
                          json={"messages": [{"role": "user", "content": questions[0]}]})
         assert chat.json()["usage"]["prompt_tokens"] > 0
-        llm.enqueue(server_error(500), server_error(500))
+        fake_llm.enqueue(server_error(500), server_error(500))
         failed = ask("سؤال جديد لم يُسأل من قبل عن خاشقجي")
         assert failed.status_code == 200 and failed.json()["answer"] is None and failed.json()["error"]
-        llm.enqueue(server_error(500), server_error(500))
+        fake_llm.enqueue(server_error(500), server_error(500))
         bad_gateway = http.post("/v1/chat/completions",
                                 json={"messages": [{"role": "user", "content": "سؤال آخر لم يُسأل عن جدة"}]})
         assert bad_gateway.status_code == 502 and "the pipeline's LLM failed" in bad_gateway.json()["detail"]
         texts = [r.text for r in (*replies, chat, failed, bad_gateway)]
-    assert llm.requests > 0
+    assert fake_llm.requests > 0
     assert all(KEY not in t for t in [*texts, caplog.text])
 
 

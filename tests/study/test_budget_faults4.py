@@ -9,7 +9,6 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,17 +16,16 @@ from typing import Any
 import optuna
 import pytest
 from fake_llm_server import FakeLLMServer
-from scripted_llm import ScriptedRAG
+from scripted_llm import golds_of
 from typer.testing import CliRunner
 
 from composer.cli.app import app
-from composer.data import load_questions
 from composer.errors import ConfigError
 from composer.llm.config import LLMConfig, TokenPrice
 from composer.study.budget import check_prices
 from composer.study.experiment import StopConfig, load_experiment
 from composer.study.fate import fate_of
-from composer.study.space import parse_search_space
+from composer.study.space_file import parse_search_space
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "arcd-sample"
 SPACE = """
@@ -56,13 +54,12 @@ llm:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[FakeLLMServer]:
+def fake_llm_golds(tmp_path: Path) -> dict[str, str]:
+    """The study's questions (the sample's first 6) and space, written where its experiment will be."""
     lines = (EXAMPLE / "questions.jsonl").read_text(encoding="utf-8").splitlines()[:6]
     (tmp_path / "questions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (tmp_path / "space.yaml").write_text(SPACE, encoding="utf-8")
-    golds = {q.question: q.gold_answers[0] for q in load_questions(tmp_path / "questions.jsonl")}
-    with FakeLLMServer(ScriptedRAG(golds)) as srv:
-        yield srv
+    return golds_of(tmp_path / "questions.jsonl")
 
 
 def _experiment(tmp_path: Path, server: FakeLLMServer, stop: str, prices: str = "") -> Path:
@@ -78,31 +75,31 @@ def _sent(server: FakeLLMServer) -> int:
 
 
 def test_a_dollar_budget_over_an_unpriced_model_is_refused_before_any_request(
-    tmp_path: Path, server: FakeLLMServer
+    tmp_path: Path, fake_llm: FakeLLMServer
 ) -> None:
-    exp = _experiment(tmp_path, server, "{max_cost_usd: 0.000001}")
+    exp = _experiment(tmp_path, fake_llm, "{max_cost_usd: 0.000001}")
     result = CliRunner().invoke(app, ["optimize", str(exp)])
     assert result.exit_code == 2, result.output
     line = " ".join(result.output.split())
     assert "field 'stop.max_cost_usd'" in line and "no price for openai/fake-unlisted" in line, line
     assert "prices" in line and "Traceback" not in result.output
-    assert _sent(server) == 0
+    assert _sent(fake_llm) == 0
     assert not (tmp_path / ".composer" / "optuna.db").exists()  # no study was created
 
 
 def test_a_misspelt_price_key_is_refused_naming_the_closest_model(
-    tmp_path: Path, server: FakeLLMServer
+    tmp_path: Path, fake_llm: FakeLLMServer
 ) -> None:
     prices = "  prices: {openai/fake-unlistd: {input: 1, output: 2}}"
     for stop in ("{max_cost_usd: 5}", "{}"):  # a price that prices nothing is wrong with or without a budget
-        exp = _experiment(tmp_path, server, stop, prices)
+        exp = _experiment(tmp_path, fake_llm, stop, prices)
         for extra in ([], ["--estimate"]):
             result = CliRunner().invoke(app, ["optimize", str(exp), *extra])
             assert result.exit_code == 2, result.output
             line = " ".join(result.output.split())
             assert "field 'llm.prices.openai/fake-unlistd'" in line, line
             assert "did you mean 'openai/fake-unlisted'" in line, line
-    assert _sent(server) == 0
+    assert _sent(fake_llm) == 0
 
 
 def _data(llm: LLMConfig, models: list[str], judge: LLMConfig | None = None) -> Any:
@@ -131,16 +128,16 @@ def test_an_explicit_zero_price_keeps_a_self_hosted_model_under_a_dollar_budget(
 
 @pytest.mark.slow
 def test_a_spent_study_is_stopped_with_exit_1_and_its_rerun_sends_nothing(
-    tmp_path: Path, server: FakeLLMServer
+    tmp_path: Path, fake_llm: FakeLLMServer
 ) -> None:
-    exp = _experiment(tmp_path, server, "{max_llm_calls: 1}")
+    exp = _experiment(tmp_path, fake_llm, "{max_llm_calls: 1}")
     first = CliRunner().invoke(app, ["optimize", str(exp)])
     assert first.exit_code == 1, first.output  # a spent budget is not bad input
     assert "LLM budget spent" in " ".join(first.output.split())
     storage = load_experiment(exp).storage_url
     trials = optuna.load_study(study_name="spent", storage=storage).get_trials(deepcopy=False)
     assert [fate_of(t) for t in trials] == ["budget"], [fate_of(t) for t in trials]
-    sent = _sent(server)
+    sent = _sent(fake_llm)
     assert sent > 0
     for _ in range(2):
         again = CliRunner().invoke(app, ["optimize", str(exp)])
@@ -149,5 +146,5 @@ def test_a_spent_study_is_stopped_with_exit_1_and_its_rerun_sends_nothing(
         assert f"LLM budget spent: {sent - 1} requests of max_llm_calls 1" in line, line  # less the ping
         assert "nothing is run" in line
         assert "Traceback" not in again.output
-        assert _sent(server) == sent  # no test request, no trial's
+        assert _sent(fake_llm) == sent  # no test request, no trial's
         assert len(optuna.load_study(study_name="spent", storage=storage).get_trials(deepcopy=False)) == 1

@@ -10,17 +10,14 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
 import optuna
 import pytest
 from fake_llm_server import FakeLLMServer
-from sample_study import SAMPLE, write_experiment
-from scripted_llm import ScriptedRAG
-
-from composer.data import load_questions
+from sample_study import write_experiment
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
@@ -31,10 +28,9 @@ DIMS = {"retrieval.mode": {"choices": ["bm25"]}, "chunking.method": {"choices": 
 
 
 @pytest.fixture
-def slow_llm() -> Iterator[FakeLLMServer]:
-    golds = {q.question: q.gold_answers[0] for q in load_questions(SAMPLE / "questions.jsonl")}
-    with FakeLLMServer(ScriptedRAG(golds), latency=0.03) as server:
-        yield server
+def fake_llm_latency() -> float:
+    """Slow replies: the study is still running when it is killed."""
+    return 0.03
 
 
 def trials(storage: str) -> list[optuna.trial.FrozenTrial]:
@@ -71,11 +67,11 @@ def kill_when(experiment: Path, log: Path, ready: Callable[[], bool], *, writer_
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_study_killed_three_times_ends_as_if_never_killed(tmp_path: Path, slow_llm: FakeLLMServer) -> None:
+def test_a_study_killed_three_times_ends_as_if_never_killed(tmp_path: Path, fake_llm: FakeLLMServer) -> None:
     source = write_experiment(tmp_path, dims=DIMS, n_questions=45, name="drill", n_trials=5, batch_size=15,
                               sampler={"name": "tpe", "seed": 3, "n_startup_trials": 2},
                               heartbeat_interval=600, mlflow={"traces": 2},
-                              llm={"model": "openai/slow", "api_base": slow_llm.url, "timeout": 10})
+                              llm={"model": "openai/slow", "api_base": fake_llm.url, "timeout": 10})
     reference = experiment_copy(source, tmp_path / "reference-work", tmp_path / "reference.yaml")
     reference_log = tmp_path / "reference.log"
     assert optimize(reference, reference_log).wait() == 0, reference_log.read_text()

@@ -11,17 +11,15 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
 import pytest
 from fake_llm_server import FakeLLMServer
-from scripted_llm import ScriptedRAG
+from scripted_llm import golds_of
 from typer.testing import CliRunner
 
 from composer.cli.app import app
-from composer.data import load_questions
 from composer.record import TrialRecord
 from composer.study.budget import spent
 from composer.study.experiment import load_experiment
@@ -59,22 +57,25 @@ judge:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[FakeLLMServer]:
+def fake_llm_golds(tmp_path: Path) -> dict[str, str]:
+    """The study's questions (the sample's first 12) and space, written where its experiment will be."""
     lines = (EXAMPLE / "questions.jsonl").read_text(encoding="utf-8").splitlines()[:12]
     (tmp_path / "questions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (tmp_path / "space.yaml").write_text(SPACE, encoding="utf-8")
-    golds = {q.question: q.gold_answers[0] for q in load_questions(tmp_path / "questions.jsonl")}
-    os.environ["COMPOSER_BUDGET_TEST_KEY"] = "sk-budget-test"
-    with FakeLLMServer(ScriptedRAG(golds)) as srv:
-        yield srv
-    del os.environ["COMPOSER_BUDGET_TEST_KEY"]
+    return golds_of(tmp_path / "questions.jsonl")
+
+
+@pytest.fixture(autouse=True)
+def budget_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key the experiment names (``api_key_env``), inherited by the workers."""
+    monkeypatch.setenv("COMPOSER_BUDGET_TEST_KEY", "sk-budget-test")
 
 
 @pytest.mark.slow
-def test_budget_stops_the_crossing_trial_within_one_batch(tmp_path: Path, server: FakeLLMServer) -> None:
+def test_budget_stops_the_crossing_trial_within_one_batch(tmp_path: Path, fake_llm: FakeLLMServer) -> None:
     limit = 80  # the first trial makes ~50 requests (answers + judge); later ones fewer (judge cache hits)
     exp_file = tmp_path / "budget.yaml"
-    exp_file.write_text(EXPERIMENT.format(corpus=EXAMPLE / "corpus.jsonl", url=server.url, batch=BATCH,
+    exp_file.write_text(EXPERIMENT.format(corpus=EXAMPLE / "corpus.jsonl", url=fake_llm.url, batch=BATCH,
                                           limit=limit), encoding="utf-8")
     result = CliRunner().invoke(app, ["optimize", str(exp_file)])
     assert result.exit_code == 0, result.output
@@ -108,7 +109,7 @@ dimensions:
 
 @pytest.mark.slow
 def test_budget_is_shared_by_two_workers_and_passed_by_at_most_a_batch_each(
-    tmp_path: Path, server: FakeLLMServer
+    tmp_path: Path, fake_llm: FakeLLMServer
 ) -> None:
     """Two `composer optimize` processes on one PostgreSQL study: the budget is the sum of both workers'
     spend (read through the storage), both stop, and the spend passes it by less than one batch per
@@ -123,7 +124,7 @@ def test_budget_is_shared_by_two_workers_and_passed_by_at_most_a_batch_each(
     (tmp_path / "space.yaml").write_text(WORKERS_SPACE, encoding="utf-8")
     limit = 120
     exp_file = tmp_path / "budget.yaml"
-    exp_file.write_text(EXPERIMENT.format(corpus=EXAMPLE / "corpus.jsonl", url=server.url, batch=BATCH,
+    exp_file.write_text(EXPERIMENT.format(corpus=EXAMPLE / "corpus.jsonl", url=fake_llm.url, batch=BATCH,
                                           limit=limit).replace("n_trials: 4", "n_trials: 20"),
                         encoding="utf-8")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
@@ -150,4 +151,4 @@ def test_budget_is_shared_by_two_workers_and_passed_by_at_most_a_batch_each(
     per_batch = first.llm_usage["llm_requests"] * BATCH / 12
     _, requests = spent(trials)
     assert limit <= requests < limit + 2 * per_batch, (requests, per_batch)
-    assert server.stats()["chat_requests"] == requests  # every request the workers sent is counted
+    assert fake_llm.stats()["chat_requests"] == requests  # every request the workers sent is counted

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 from fake_llm_server import FakeLLMServer
 from sample_study import SAMPLE, write_experiment, write_questions
-from scripted_llm import ScriptedRAG
+from scripted_llm import ScriptedRAG, golds_of
 from scripted_synth import ScriptedSynth
 from typer.testing import CliRunner
 
 from composer.cli.app import app
-from composer.data import load_corpus, load_questions
+from composer.data import load_corpus
 from composer.study.experiment import load_experiment
 
 DEFAULTS = {"retrieval": {"mode": "bm25", "k": 3}}
@@ -40,7 +40,7 @@ FIELDS: dict[str, Any] = {
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeLLMServer, Path]]:
     root = tmp_path_factory.mktemp("counted")
-    golds = {q.question: q.gold_answers[0] for q in load_questions(write_questions(root, 15))}
+    golds = golds_of(write_questions(root, 15))
     with FakeLLMServer(ScriptedRAG(golds)) as srv:
         write_experiment(root, dims=DIMS, defaults=DEFAULTS, n_questions=15, file="exp.yaml", **FIELDS,
                          llm={"model": "openai/fake", "api_base": srv.url,

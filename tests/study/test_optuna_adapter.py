@@ -3,6 +3,8 @@ Optuna: an upgrade that moves one fails here, by name."""
 
 from __future__ import annotations
 
+import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -61,3 +63,25 @@ def test_trials_beat_through_composers_heartbeat_and_stale_trials_reach_its_call
     study.optimize(objective, n_trials=1)
     assert [(t.name.startswith("composer-heartbeat-"), t.daemon) for t in beating] == [(True, True)]
     assert isinstance(_optuna.stale_trial_callback(study), StaleTrials)
+
+
+def test_a_heartbeat_is_recorded_at_the_storages_interval(tmp_path: Path) -> None:
+    """``heartbeat_interval`` and ``record_heartbeat`` reach the storage's heartbeat: a trial that beats is
+    not stale, one that stopped beating is, once the grace period is over."""
+    from composer.study._storage import make_storage
+
+    storage = make_storage(f"sqlite:///{tmp_path / 'o.db'}", heartbeat_interval=1)
+    study = optuna.create_study(storage=storage, study_name="beat")
+    assert _optuna.heartbeat_interval(storage) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # Optuna's note that heartbeats are for study.optimize
+        beating, silent = study.ask(), study.ask()
+    for trial in (beating, silent):
+        _optuna.record_heartbeat(storage, _optuna.trial_id(trial))
+    time.sleep(3.1)  # past the grace period (2 x the interval, in whole seconds) for both
+    _optuna.record_heartbeat(storage, _optuna.trial_id(beating))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+    states = [_optuna.get_trial(study, _optuna.trial_id(t)).state for t in (beating, silent)]
+    assert states == [TrialState.RUNNING, TrialState.FAIL]

@@ -17,9 +17,9 @@ import composer
 from composer.data.types import Corpus, QuestionSet
 from composer.objective import NothingToScore, Objective, ObjectiveConfig
 from composer.record import TrialRecord
+from composer.study.data import ANSWERS_ATTR, StudyData
 from composer.study.leaderboard import WEIGHTS_ATTR, leaderboard
-from composer.study.runner import ANSWERS_ATTR, StudyData
-from composer.study.space import parse_search_space
+from composer.study.space_file import parse_search_space
 from composer.study.steering import CONSTANT_ATTR, FIRST, ConstantMetrics, constant_metrics
 
 DEFAULT_KEYS = {"recall@10", "ndcg@10", "token_f1", "faithfulness_overlap"}
@@ -95,14 +95,14 @@ def test_the_studys_record_decides_and_a_later_system_cannot_change_it(
 ) -> None:
     study = optuna.create_study(direction="maximize")
     first = _data(corpus, questions, tmp_path, {"metrics": {"recall": 1, "answer_correctness": 3}})
-    first.settle(study)  # before any trial: nothing is known yet
+    first = first.settle(study)  # before any trial: nothing is known yet
     assert set(first.objective.weights) == {"recall@10", "token_f1"}
-    first.settle(study, can_answer=False)
+    first = first.settle(study, can_answer=False)
     assert first.objective.weights == {"recall@10": 1.0}
-    first.settle(study, can_answer=True)  # a later trial's system: the study decided at the first
+    first = first.settle(study, can_answer=True)  # a later trial's system: the study decided at the first
     assert first.objective.weights == {"recall@10": 1.0}
     resumed = _data(corpus, questions, tmp_path, {"metrics": {"recall": 1, "answer_correctness": 3}})
-    resumed.settle(study)  # another run of the study: its record, before its first trial
+    resumed = resumed.settle(study)  # another run of the study: its record, before its first trial
     assert resumed.objective.weights == {"recall@10": 1.0} == study.user_attrs[WEIGHTS_ATTR]
 
 
@@ -157,3 +157,19 @@ def test_a_retrieval_only_system_under_answer_metrics_alone_stops_the_study_with
         composer.optimize(lambda settings: Shelf([], 0), space={"dimensions": {"shift": {"choices": [0, 1]}}},
                           questions=questions, corpus=corpus, workdir=tmp_path, name="answers", n_trials=2,
                           objective={"metrics": {"answer_correctness": 1}}, pruner="none")
+
+
+def test_settling_leaves_the_shared_data_as_it_was(
+    corpus: Corpus, questions: QuestionSet, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``settle`` gives the data in force and changes nothing: the study's data keeps its resolved
+    objective, and its answerless twin is made (and warned about) once."""
+    study = optuna.create_study(direction="maximize")
+    data = _data(corpus, questions, tmp_path, {"metrics": {"recall": 1, "answer_correctness": 3}})
+    with caplog.at_level(logging.WARNING):
+        settled = data.settle(study, can_answer=False)
+        assert data.settle(study) is settled and settled is not data
+    assert set(data.objective.weights) == {"recall@10", "token_f1"}
+    assert settled.objective.weights == {"recall@10": 1.0}
+    assert settled.space is data.space and settled.judging is data.judging
+    assert len(_warnings(caplog, "leave the composite")) == 1

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from composer.errors import ComposerError, InputError
 from composer.pipeline.config import PipelineConfig
 from composer.study.experiment import load_experiment
-from composer.study.space import parse_search_space
+from composer.study.space_file import parse_search_space
 
 KEYS = [
     "retrieval.mode",

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from composer.cli.app import app
 from composer.errors import ConfigError
-from composer.study.space import parse_search_space
+from composer.study.space_file import parse_search_space
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "arcd-sample"
 EXPERIMENT = f"""

@@ -10,7 +10,6 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,29 +17,19 @@ import optuna
 import pytest
 from fake_llm_server import FakeLLMServer
 from sample_study import write_experiment
-from scripted_llm import ScriptedRAG
 from typer.testing import CliRunner
 
 from composer.cli.app import app
-from composer.data import load_questions
 from composer.record import TrialRecord
 from composer.study.experiment import load_experiment
 from composer.study.fate import fate_of
-from composer.study.space import parse_search_space
+from composer.study.space_file import parse_search_space
 from composer.study.staged import STAGED_ATTR, split_dimensions
 
 RETRIEVAL = {"retrieval.mode": {"choices": ["bm25"]}, "retrieval.k": {"choices": [1, 3, 5]}}
 DIMS = {**RETRIEVAL, "generation.template": {"choices": ["concise", "grounded"]}}
 OBJECTIVE = {"k": 3, "metrics": {"recall": 1, "ndcg": 1, "answer_correctness": 1}}
 N_QUESTIONS = 8
-
-
-@pytest.fixture
-def server() -> Iterator[FakeLLMServer]:
-    golds = {q.question: q.gold_answers[0] for q in load_questions(
-        Path(__file__).resolve().parents[2] / "examples" / "arcd-sample" / "questions.jsonl")}
-    with FakeLLMServer(ScriptedRAG(golds)) as srv:
-        yield srv
 
 
 def experiment(root: Path, server: FakeLLMServer | None, **fields: Any) -> Path:
@@ -70,8 +59,8 @@ def requests(trial: optuna.trial.FrozenTrial) -> int:
 
 @pytest.mark.slow
 def test_stage_one_calls_no_llm_and_stage_two_keeps_to_its_best(tmp_path: Path,
-                                                                 server: FakeLLMServer) -> None:
-    path = experiment(tmp_path, server, strategy="staged", n_trials=5,
+                                                                 fake_llm: FakeLLMServer) -> None:
+    path = experiment(tmp_path, fake_llm, strategy="staged", n_trials=5,
                       stages={"retrieval_trials": 3, "top_n": 2})
     out = optimize(path)
     assert "study s.retrieval" in out and "study s:" in out
@@ -89,11 +78,11 @@ def test_stage_one_calls_no_llm_and_stage_two_keeps_to_its_best(tmp_path: Path,
     for t in second:
         assert {k: t.params[k] for k in RETRIEVAL} in recorded["top"]
         assert "generation.template" in t.params
-    sent = server.stats()["chat_requests"]
+    sent = fake_llm.stats()["chat_requests"]
     assert sent == sum(requests(t) for t in second) > 0  # every request the server saw was stage 2's
 
     again = optimize(path)  # resumed: nothing left in either stage
-    assert server.stats()["chat_requests"] == sent
+    assert fake_llm.stats()["chat_requests"] == sent
     assert "s.retrieval" not in again and "0 to run" in again  # stage 1 closed, stage 2 done
     assert len(trials(path, "s")) == len(second)
     assert len(trials(path, "s.retrieval")) == len(first)
@@ -104,18 +93,18 @@ def test_stage_one_calls_no_llm_and_stage_two_keeps_to_its_best(tmp_path: Path,
 
 @pytest.mark.slow
 def test_staged_costs_fewer_llm_calls_than_joint_for_the_same_trials(tmp_path: Path,
-                                                                     server: FakeLLMServer) -> None:
+                                                                     fake_llm: FakeLLMServer) -> None:
     sent = {}
     for strategy in ("joint", "staged"):
-        server.reset_counts()
+        fake_llm.reset_counts()
         root = tmp_path / strategy
         root.mkdir()
         staged = strategy == "staged"
         extra: dict[str, Any] = {"stages": {"retrieval_trials": 2, "top_n": 2}} if staged else {}
-        path = experiment(root, server, strategy=strategy, n_trials=6, sampler={"name": "grid", "seed": 0},
+        path = experiment(root, fake_llm, strategy=strategy, n_trials=6, sampler={"name": "grid", "seed": 0},
                           **extra)
         optimize(path)
-        sent[strategy] = server.stats()["chat_requests"]
+        sent[strategy] = fake_llm.stats()["chat_requests"]
         assert sum(fate_of(t) == "complete" for t in trials(path, "s")) == (6 if strategy == "joint" else 4)
     # Joint: the grid's 6 configurations, each with its LLM calls; staged: 2 retrieval trials without any,
     # then stage 1's best 2 x 2 templates.

@@ -10,6 +10,7 @@ from typing import Any
 import optuna
 from ended_trials import scripted_runner
 
+from composer.record import LOST_ATTR
 from composer.study import _optimize, _optuna
 from composer.study._storage import make_storage
 from composer.study._workers import WORKER_ATTR
@@ -46,7 +47,7 @@ def test_a_trial_failed_for_a_lost_heartbeat_mid_study_gets_a_failed_mlflow_run(
             study.stop()
 
     callback = _optimize.after_each_trial(enough, tracker=tracker, untagged_after_s=600)
-    objective = scripted_runner(run, None)
+    objective = scripted_runner(run, None, tracker.spool)
     try:
         _optimize.optimize(study, objective, timeout=60, callback=callback, tracker=tracker)
     finally:
@@ -72,8 +73,8 @@ def test_a_resumed_worker_whose_trial_was_failed_meanwhile_closes_its_run_failed
         def __init__(self) -> None:
             self.recorded: list[tuple[Any, str]] = []
 
-        def lost(self, trials: list[tuple[Any, str]]) -> None:
-            self.recorded += trials
+        def lost(self, trials: list[Any]) -> None:
+            self.recorded += [(trial, trial.user_attrs[LOST_ATTR]) for trial in trials]
 
     tracker = Tracker()
 

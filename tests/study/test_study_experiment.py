@@ -16,8 +16,8 @@ from composer.evaluation.splits import SplitConfig, split_questions
 from composer.pipeline.config import PipelineConfig
 from composer.study._sampling import ConditionalGridSampler, make_pruner, make_sampler
 from composer.study.experiment import load_experiment, locate_study
-from composer.study.space import load_search_space, parse_search_space
-from composer.tracking.runs import RunWriter
+from composer.study.space_file import load_search_space, parse_search_space
+from composer.tracking.trial_run import RunWriter
 from composer.tracking.writer import StudyTracker, WriterSettings
 
 MINIMAL = "name: demo\ncorpus: data/corpus.jsonl\nquestions: data/q.jsonl\nsearch_space: space.yaml\n"

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from composer.cli.app import app
 from composer.errors import StudyStopped
-from composer.record import TrialRecord
+from composer.record import LOST_ATTR, TrialRecord
 from composer.study import _workers
 from composer.study._optimize import CtrlC, FailureGuard, target_reached
 from composer.study._workers import WORKER_ATTR, fail_trials_of_gone_workers, is_gone, worker_id
@@ -449,8 +449,11 @@ class Lost:
     def __init__(self) -> None:
         self.trials: list[tuple[Any, str]] = []
 
-    def lost(self, trials: list[tuple[Any, str]]) -> None:
-        self.trials.extend(trials)
+    def lost(self, trials: list[Any]) -> None:
+        self.trials.extend((trial, trial.user_attrs[LOST_ATTR]) for trial in trials)
+
+    def submit(self, trial: Any) -> None:
+        """Ended trials are not what it keeps."""
 
 
 def test_a_retry_queued_twice_runs_once() -> None:

@@ -22,11 +22,10 @@ import optuna
 import pytest
 from fake_llm_server import ChatRequest, FakeLLMServer, Reply, hang, malformed, rate_limited, server_error
 from sample_study import SAMPLE, write_experiment
-from scripted_llm import ScriptedRAG, kind_of, template_of
+from scripted_llm import ScriptedRAG, golds_of, kind_of, template_of
 from typer.testing import CliRunner
 
 from composer.cli.app import app
-from composer.data import load_questions
 from composer.record import TrialRecord
 from composer.study.experiment import ExperimentConfig, load_experiment
 
@@ -61,7 +60,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(root: Path) -> Iterator[FakeLLMServer]:
-    golds = {q.question: q.gold_answers[0] for q in load_questions(SAMPLE / "questions.jsonl")}
+    golds = golds_of(SAMPLE / "questions.jsonl")
     with FakeLLMServer(ScriptedRAG(golds)) as srv:
         yield srv
 
@@ -292,8 +291,8 @@ def test_a_trial_over_its_failure_budget_fails_with_the_reason_and_the_next_one_
 
 def test_the_shipped_llm_experiment_and_space_load_and_sample_valid_configs() -> None:
     from composer.data.types import Corpus, QuestionSet
-    from composer.study.runner import StudyData
-    from composer.study.space import load_search_space
+    from composer.study.data import StudyData
+    from composer.study.space_file import load_search_space
 
     repo = Path(__file__).resolve().parents[2]
     exp = load_experiment(repo / "experiments" / "arabic-llm.yaml")

@@ -34,9 +34,9 @@ from composer.evaluation.scoring import BatchHook, RankingPipeline, Scored, Stag
 from composer.generation import REFUSALS
 from composer.objective import Objective, ObjectiveConfig
 from composer.study._compat import ATTR, check_unchanged
+from composer.study.data import StudyData
 from composer.study.experiment import load_experiment
-from composer.study.runner import StudyData
-from composer.study.space import parse_search_space
+from composer.study.space_file import parse_search_space
 
 Columns = dict[str, npt.NDArray[np.float64]]
 NAN = np.nan

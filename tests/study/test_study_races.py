@@ -18,9 +18,10 @@ from composer.study._sampling import StudySampler, make_sampler
 from composer.study._storage import open_study
 from composer.study.experiment import load_experiment
 from composer.study.runner import SurplusTrial
-from composer.study.space import load_search_space, parse_search_space
+from composer.study.space_file import load_search_space, parse_search_space
 from composer.tracking.parent import ParentClaims
-from composer.tracking.runs import ROLE_TAG, RunWriter
+from composer.tracking.read import ROLE_TAG
+from composer.tracking.trial_run import RunWriter
 
 EXPERIMENT = """
 name: races
@@ -131,7 +132,7 @@ def test_a_trial_started_past_the_target_is_surplus(tmp_path: Path) -> None:
     failed: list[tuple[int, str]] = []
 
     class Tracker:
-        def submit(self, trial: optuna.trial.FrozenTrial, report: Any) -> None:
+        def submit(self, trial: optuna.trial.FrozenTrial) -> None:
             failed.append((trial.number, (TrialRecord.of(trial) or TrialRecord({}, "")).error or ""))
 
         def lost(self, trials: Any) -> None:
@@ -142,7 +143,7 @@ def test_a_trial_started_past_the_target_is_surplus(tmp_path: Path) -> None:
         return 0.5
 
     objective = scripted_runner(runner, 2)
-    written = after_each_trial(tracker=Tracker(), reports=objective.pop_report)  # type: ignore[arg-type]
+    written = after_each_trial(tracker=Tracker())  # type: ignore[arg-type]
     study.optimize(objective, n_trials=5, catch=(SurplusTrial,), callbacks=[written])
     # It stopped this worker at once: one surplus trial, failed unscored, the runner never called.
     assert ran == [] and len(study.trials) == 3
@@ -200,7 +201,7 @@ def test_workers_that_each_create_a_parent_run_elect_one_through_the_study_stora
 def test_a_study_deleted_and_created_again_under_its_name_is_refused_its_old_parent(tmp_path: Path) -> None:
     """Its trial-000 must not land beside the old study's trial-000 under one parent run."""
     from composer.errors import InputError
-    from composer.tracking.runs import TRIAL_TAG
+    from composer.tracking.read import TRIAL_TAG
 
     uri, storage = f"sqlite:///{tmp_path / 'mlflow.db'}", f"sqlite:///{tmp_path / 'optuna.db'}"
     first = RunWriter(uri, "races", "s", storage=storage)

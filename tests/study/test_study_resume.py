@@ -10,18 +10,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 import optuna
 import pytest
 from fake_llm_server import FakeLLMServer
-from sample_study import SAMPLE, write_experiment
-from scripted_llm import ScriptedRAG
+from sample_study import write_experiment
 from sqlalchemy.exc import OperationalError
 
-from composer.data import load_questions
 from composer.record import TrialRecord
 from composer.study.experiment import load_experiment
 
@@ -41,20 +38,19 @@ def snapshot(url: str) -> list[optuna.trial.FrozenTrial]:
 
 
 @pytest.fixture
-def slow_llm() -> Iterator[FakeLLMServer]:
-    golds = {q.question: q.gold_answers[0] for q in load_questions(SAMPLE / "questions.jsonl")}
-    with FakeLLMServer(ScriptedRAG(golds), latency=0.03) as server:
-        yield server
+def fake_llm_latency() -> float:
+    """Slow replies: the study is still running when it is killed."""
+    return 0.03
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_a_killed_study_resumes_without_losing_or_rerunning_trials(
-    tmp_path: Path, slow_llm: FakeLLMServer
+    tmp_path: Path, fake_llm: FakeLLMServer
 ) -> None:
     exp_file = write_experiment(tmp_path, dims=DIMS, n_questions=45, name="resume", n_trials=6, batch_size=15,
                                 heartbeat_interval=600, mlflow={"traces": 1}, workdir=".composer",
-                                llm={"model": "openai/slow", "api_base": slow_llm.url, "timeout": 10})
+                                llm={"model": "openai/slow", "api_base": fake_llm.url, "timeout": 10})
     exp = load_experiment(exp_file)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "150"}
     log = (tmp_path / "first.log").open("w")

@@ -26,10 +26,10 @@ from composer.llm.usage import active_trackers
 from composer.record import TrialRecord
 from composer.study._optimize import REPEAT_ALLOWANCE
 from composer.study._storage import make_storage, open_study
+from composer.study.data import StudyData
 from composer.study.experiment import load_experiment
 from composer.study.leaderboard import PIPED_WIDTH, describe_params, report_console
-from composer.study.runner import StudyData
-from composer.study.space import load_search_space
+from composer.study.space_file import load_search_space
 from composer.study.study import run_study
 
 DIMS = {"retrieval.mode": {"choices": ["bm25"]}, "chunking.method": {"choices": ["paragraph", "sentence"]},

@@ -24,11 +24,12 @@ from composer.pipeline.pipeline import IndexInfo
 from composer.record import TrialRecord
 from composer.redact import MASK, flatten, scrub, scrub_url
 from composer.study._optimize import after_each_trial
-from composer.study._report import llm_totals
-from composer.study.runner import StudyData, TrialRunner, config_hash
-from composer.study.space import parse_search_space
-from composer.tracking.runs import RunWriter, trial_metrics, trial_tags
-from composer.tracking.trial import TrialReport
+from composer.study.data import StudyData, config_hash
+from composer.study.finish import llm_totals
+from composer.study.runner import TrialRunner
+from composer.study.space_file import parse_search_space
+from composer.tracking.trial import TrialArtifacts
+from composer.tracking.trial_run import RunWriter, trial_metrics, trial_tags
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -118,13 +119,18 @@ def data(dims: dict[str, object] | None = None, batch_size: int = 4,
 
 
 class Logged:
-    """A tracker that keeps what the study hands the MLflow writer once Optuna has told a trial's end."""
+    """A tracker that keeps what the study hands the MLflow writer once Optuna has told a trial's end, with
+    the artifacts the runner spooled for it (it stands for the tracker's spool too)."""
 
     def __init__(self) -> None:
-        self.logs: dict[int, tuple[optuna.trial.FrozenTrial, TrialReport]] = {}
+        self.spooled: dict[int, TrialArtifacts] = {}
+        self.logs: dict[int, tuple[optuna.trial.FrozenTrial, TrialArtifacts]] = {}
 
-    def submit(self, trial: optuna.trial.FrozenTrial, report: TrialReport) -> None:
-        self.logs[trial.number] = (trial, report)
+    def put_artifacts(self, number: int, artifacts: TrialArtifacts) -> None:
+        self.spooled[number] = artifacts
+
+    def submit(self, trial: optuna.trial.FrozenTrial) -> None:
+        self.logs[trial.number] = (trial, self.spooled.pop(trial.number))
 
     def lost(self, trials: object) -> None:
         raise AssertionError(f"no trial is lost here: {trials}")
@@ -133,10 +139,9 @@ class Logged:
 def run_trials(
     runner: TrialRunner, study: optuna.Study, n_trials: int, tracker: Logged | None = None
 ) -> None:
-    """``study.optimize`` as a study runs it: the ended trials and their reports go to ``tracker``."""
-    callbacks = [] if tracker is None else [
-        after_each_trial(tracker=tracker, reports=runner.pop_report)  # type: ignore[arg-type]
-    ]
+    """``study.optimize`` as a study runs it: the ended trials and their artifacts go to ``tracker``."""
+    runner.spool = tracker  # type: ignore[assignment]
+    callbacks = [] if tracker is None else [after_each_trial(tracker=tracker)]  # type: ignore[arg-type]
     study.optimize(runner, n_trials=n_trials, callbacks=callbacks)
 
 

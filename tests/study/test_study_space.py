@@ -11,7 +11,7 @@ import pytest
 from composer.errors import ConfigError
 from composer.pipeline.config import PipelineConfig
 from composer.study._sampling import ConditionalGridSampler
-from composer.study.space import canonical_key, load_search_space, parse_search_space
+from composer.study.space_file import canonical_key, load_search_space, parse_search_space
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

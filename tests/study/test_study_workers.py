@@ -23,7 +23,7 @@ from sample_study import write_experiment
 from composer.record import TrialRecord
 from composer.study._optimize import REPEAT_ALLOWANCE
 from composer.study._workers import WORKER_ATTR
-from composer.tracking.runs import ROLE_TAG, RUN_STATUS, STATE_TAG, STUDY_TAG, TRIAL_TAG
+from composer.tracking.read import ROLE_TAG, RUN_STATUS, STATE_TAG, STUDY_TAG, TRIAL_TAG
 
 pytestmark = pytest.mark.slow  # a PostgreSQL server and two worker processes per test
 

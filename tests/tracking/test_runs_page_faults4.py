@@ -11,7 +11,9 @@ from pathlib import Path
 from ended_trials import ended_trial
 from writer_logs import runs_by_trial
 
-from composer.tracking.runs import PREVIEW_CHARS, PRIMARY_METRIC_TAG, VIEW_TAG, RunWriter, preview
+from composer.tracking.experiment import PRIMARY_METRIC_TAG, VIEW_TAG
+from composer.tracking.traces import PREVIEW_CHARS, preview
+from composer.tracking.trial_run import RunWriter
 
 
 def writer(tmp_path: Path, columns: tuple[str, ...] = ()) -> RunWriter:
@@ -54,7 +56,7 @@ def test_an_arabic_answers_preview_keeps_its_beginning() -> None:
 def test_parameter_importances_are_not_drawn_from_too_few_trials() -> None:
     import optuna
 
-    from composer.study._report import MIN_IMPORTANCE_TRIALS, importances_note, plots
+    from composer.study.plots import MIN_IMPORTANCE_TRIALS, importances_note, plots
 
     class Exp:
         multi_objective = False

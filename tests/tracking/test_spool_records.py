@@ -36,7 +36,7 @@ from composer.tracking.spool import (
     Spool,
     read_record,
 )
-from composer.tracking.trial import TrialReport
+from composer.tracking.trial import TrialArtifacts
 from composer.tracking.writer import _write
 
 TABLE = ChunkTable(
@@ -63,7 +63,7 @@ def batch(lo: int, hi: int) -> SampleTable:
     )
 
 
-def trial_log(table: SampleTable) -> tuple[FrozenTrial, TrialReport]:
+def trial_log(table: SampleTable) -> tuple[FrozenTrial, TrialArtifacts]:
     return ended_trial(
         7,
         {"retrieval": {"mode": "hybrid", "k": 2, "weights": [0.5, 0.5]}, "$": "a user's key", "": None},
@@ -73,14 +73,15 @@ def trial_log(table: SampleTable) -> tuple[FrozenTrial, TrialReport]:
         system_attrs={"composer.worker": "host|boot|ns:42:7"},
         report=EvaluationReport(table, (1, 2), "document", {"questions": "q.jsonl", "llm": {"calls": 3}}),
         answerer="openai/gpt-4o-mini",
-        judge="judge-model",
+        judge_model="judge-model",
         error_rates={"generation": {"TimeoutError": {"count": 1, "rate": 0.5}}},
         generation={"q0": {"model": "m", "tokens": 12, "cache": True}, "$": {"odd": "question id"}},
     )
 
 
-def assert_same_log(back: Any, log: tuple[FrozenTrial, TrialReport]) -> None:
-    assert isinstance(back, tuple) and isinstance(back[0], FrozenTrial) and isinstance(back[1], TrialReport)
+def assert_same_log(back: Any, log: tuple[FrozenTrial, TrialArtifacts]) -> None:
+    assert (isinstance(back, tuple) and isinstance(back[0], FrozenTrial)
+            and isinstance(back[1], TrialArtifacts))
     assert back[0] == log[0]  # Optuna's own frozen trial: state, values, times, attributes, steps
     report, original = back[1], log[1]
     assert replace(report, report=None) == replace(original, report=None)

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 from ended_trials import ended_trial
 from rich.console import Console
-from writer_logs import runs_by_trial, settings, trial_log, writer_for
+from writer_logs import runs_by_trial, settings, spool_trial, submit, trial_log, writer_for
 
 from composer.data.ranking import ChunkTable
 from composer.record import TrialRecord
 from composer.study.live import StudyProgress
-from composer.tracking.runs import RunWriter
 from composer.tracking.spool import RECORD, Orphans, Spool
+from composer.tracking.trial_run import RunWriter
 from composer.tracking.writer import TRACE_BACKLOG, StudyTracker, _write
 
 
@@ -32,7 +32,7 @@ def test_logs_are_written_by_the_writer_process_and_the_spool_emptied(tmp_path: 
     tracker = StudyTracker(settings(tmp_path, max_traces=1))
     assert tracker.ready()
     for number in range(3):
-        tracker.submit(*trial_log(number))
+        submit(tracker, *trial_log(number))
     tracker.close()
     runs = runs_by_trial(tmp_path)
     assert sorted(runs) == [0, 1, 2] and all(r.info.status == "FINISHED" for r in runs.values())
@@ -51,13 +51,13 @@ def test_logs_are_written_by_the_writer_process_and_the_spool_emptied(tmp_path: 
 CHILD = textwrap.dedent("""
     import sys
     sys.path[:0] = sys.argv[2:]  # tests/, for its helpers
-    from writer_logs import settings, trial_log
+    from writer_logs import settings, spool_trial, trial_log
     from composer.tracking.spool import Spool
     from pathlib import Path
     import os
     spool = Spool(settings(Path(sys.argv[1])).spool)
     for number in range(2):
-        spool.put("trial", trial_log(number))
+        spool_trial(spool, *trial_log(number))
     os._exit(0)  # dies with its logs spooled and no writer: what a SIGKILL leaves
 """)
 
@@ -76,7 +76,7 @@ def test_logs_a_dead_study_left_in_the_spool_are_written_when_it_resumes(tmp_pat
     adopted.release()
     tracker = StudyTracker(settings(tmp_path))
     tracker.ready()
-    tracker.submit(*trial_log(2))
+    submit(tracker, *trial_log(2))
     tracker.close()
     assert sorted(runs_by_trial(tmp_path)) == [0, 1, 2]
     assert Orphans(spool).files == []
@@ -89,11 +89,11 @@ def test_a_writer_that_dies_leaves_the_logs_spooled_for_the_next_run(
     monkeypatch.setattr("composer.tracking.writer.RESTARTS", 0)  # restarts: tracking/test_tracking_ui.py
     tracker = StudyTracker(settings(tmp_path))
     tracker.ready()
-    tracker.submit(*trial_log(0))
+    submit(tracker, *trial_log(0))
     os.kill(tracker.process.pid, signal.SIGKILL)
     tracker.process.wait()
     for number in (1, 2):
-        tracker.submit(*trial_log(number))  # never fails the trial: spooled for later
+        submit(tracker, *trial_log(number))  # never fails the trial: spooled for later
     tracker.close()
     assert tracker.failures and "writer stopped" in tracker.failures[0]
     written = set(runs_by_trial(tmp_path))
@@ -132,7 +132,7 @@ def test_a_writer_behind_the_trials_skips_mlflow_traces_and_keeps_traces_jsonl(t
     spool = Spool(tmp_path / "spool")
     tables: dict[str, ChunkTable] = {}
     for number, backlog in ((0, 0), (1, TRACE_BACKLOG + 1)):
-        path = spool.put("trial", trial_log(number))
+        path = spool_trial(spool, *trial_log(number))
         assert _write(writer, path, spool.tables, tables, backlog) is None
     mlflow.flush_trace_async_logging()  # in-process here; the writer process logs traces synchronously
     runs = runs_by_trial(tmp_path)
@@ -169,7 +169,7 @@ def test_a_trial_slower_than_a_traced_write_gets_its_traces_behind_a_few_others(
         trial, report = trial_log(number)
         if started is not None:
             trial.datetime_start = started
-        path = spool.put("trial", (trial, report))
+        path = spool_trial(spool, trial, report)
         assert _write(writer, path, spool.tables, tables, backlog) is None
         if number == 0:
             assert writer.traced_seconds is not None and writer.traced_seconds > 0
@@ -192,7 +192,7 @@ def test_a_writer_that_keeps_up_writes_every_trials_mlflow_traces(tmp_path: Path
     tracker = StudyTracker(settings(tmp_path, max_traces=2))
     tracker.ready()
     for number in range(TRACE_BACKLOG + 7):
-        tracker.submit(*trial_log(number))
+        submit(tracker, *trial_log(number))
         deadline = time.monotonic() + 60
         while list(tracker.spool.owner.glob(f"*{RECORD}")) and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -14,12 +14,14 @@ from typing import Any
 import pandas as pd
 import pytest
 from test_spool_records import study_summary
-from writer_logs import runs_by_trial, settings, trial_log, writer_for
+from writer_logs import runs_by_trial, settings, spool_trial, submit, trial_log, writer_for
 
 from composer.data.ranking import ChunkTable
+from composer.evaluation.artifacts import QUESTION_TABLE
 from composer.summary import StudyLog
-from composer.tracking.runs import BEST_TAG, QUESTION_TABLE, STATE_TAG, RunWriter, read_question_table
+from composer.tracking.read import BEST_TAG, STATE_TAG, read_question_table
 from composer.tracking.spool import RECORD, UNTRACED, Spool
+from composer.tracking.trial_run import RunWriter
 from composer.tracking.writer import TRACE_BACKLOG, StudyTracker, _write
 
 GOLD = {
@@ -124,11 +126,11 @@ def test_the_winner_and_runner_up_get_their_traces_after_the_study(tmp_path: Pat
     spool = Spool(tmp_path / "spool")
     tables: dict[str, ChunkTable] = {}
     for number in (0, 1, 2):
-        path = spool.put("trial", trial_log(number))
+        path = spool_trial(spool, *trial_log(number))
         assert _write(writer, path, spool.tables, tables, TRACE_BACKLOG + 1) is None
     runs = runs_by_trial(tmp_path)
     assert all(traces_of(tmp_path, runs[n]) == [] for n in (0, 1, 2))
-    path = spool.put("trial", trial_log(3))  # another worker's, finished after this one's leaderboard
+    path = spool_trial(spool, *trial_log(3))  # another worker's, finished after this one's leaderboard
     assert _write(writer, path, spool.tables, tables, TRACE_BACKLOG + 1) is None
     leaderboard = board((2, "COMPLETE", 0.9), (0, "COMPLETE", 0.8), (1, "COMPLETE", 0.1))
     path = spool.put("study", StudyLog(study_summary(2), leaderboard, {}))
@@ -153,7 +155,7 @@ def test_a_store_error_a_retry_got_past_is_reported_not_only_in_writer_log(tmp_p
 
     spool = Spool(tmp_path / "spool")
     notes: list[str] = []
-    path = spool.put("trial", trial_log(0))
+    path = spool_trial(spool, *trial_log(0))
     assert _write(Locked(), path, spool.tables, {}, 0, notes) is None
     assert notes == ["RuntimeError: (sqlite3.OperationalError) database is locked"]
 
@@ -164,11 +166,11 @@ def test_a_killed_writer_is_restarted_and_writes_every_record(
 ) -> None:
     tracker = StudyTracker(settings(tmp_path))
     tracker.ready()
-    tracker.submit(*trial_log(0))
+    submit(tracker, *trial_log(0))
     os.kill(tracker.process.pid, signal.SIGKILL)
     tracker.process.wait()
     for number in range(1, 8):
-        tracker.submit(*trial_log(number))
+        submit(tracker, *trial_log(number))
     with caplog.at_level(logging.WARNING, logger="composer"):
         tracker.close()
     assert sorted(runs_by_trial(tmp_path)) == list(range(8))
@@ -186,7 +188,7 @@ def test_a_writer_that_keeps_dying_counts_every_record_it_left(
     os.kill(tracker.process.pid, signal.SIGKILL)
     tracker.process.wait()
     for number in range(7):
-        tracker.submit(*trial_log(number))
+        submit(tracker, *trial_log(number))
     with caplog.at_level(logging.WARNING, logger="composer"):
         tracker.close()
     assert "7 records could not be written" in caplog.text
@@ -198,7 +200,7 @@ def test_a_second_ctrl_c_while_flushing_leaves_the_writer_to_finish_without_a_tr
 ) -> None:
     tracker = StudyTracker(settings(tmp_path))
     tracker.ready()
-    tracker.submit(*trial_log(0))
+    submit(tracker, *trial_log(0))
 
     def interrupted(status: str) -> None:
         raise KeyboardInterrupt
@@ -219,7 +221,7 @@ def test_a_second_ctrl_c_while_flushing_leaves_the_writer_to_finish_without_a_tr
 def test_the_study_charts_are_png(tmp_path: Path) -> None:
     import optuna
 
-    from composer.study._report import plots
+    from composer.study.plots import plots
 
     study = optuna.create_study(direction="maximize")
     study.optimize(lambda t: t.suggest_float("x", 0, 1) + 0.1 * t.suggest_int("k", 1, 5), n_trials=8)

@@ -15,11 +15,10 @@ import optuna
 import pytest
 from fake_llm_server import ChatRequest, FakeLLMServer, Reply
 from sample_study import SAMPLE, write_experiment
-from scripted_llm import ScriptedRAG, kind_of
+from scripted_llm import ScriptedRAG, golds_of, kind_of
 from typer.testing import CliRunner
 
 from composer.cli.app import app
-from composer.data import load_questions
 from composer.study.experiment import ExperimentConfig, load_experiment
 
 KEY_ENV = "COMPOSER_EVIDENCE_TEST_KEY"
@@ -39,7 +38,7 @@ class Failed:
 def failed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Failed]:
     """Three trials (three questions a batch, 25% may fail) judged by a model that replies no JSON."""
     root = tmp_path_factory.mktemp("evidence")
-    golds = {q.question: q.gold_answers[0] for q in load_questions(SAMPLE / "questions.jsonl")}
+    golds = golds_of(SAMPLE / "questions.jsonl")
     scripted = ScriptedRAG(golds)
 
     def no_json(req: ChatRequest) -> Reply | str:

@@ -12,7 +12,7 @@ SKIP_REASONS = (
     "outside the folder", "broken link", "link loop", "special file", "duplicate name", "duplicate folder",
     "hidden",
 )
-"""Why a file is skipped; the report counts files by these. The last seven come from listing the folder:
+"""Why a file is skipped; the tally counts files by these. The last seven come from listing the folder:
 a link whose target is outside it, a link to nothing, a link to a folder holding the link, a FIFO, device
 or socket (never opened), a name equal to another's once Unicode-normalized, a folder already listed by
 another path (a second link to it), a link to a hidden file or into a hidden folder."""

@@ -1,16 +1,16 @@
-"""A folder (or one file) of documents: every file read by its format, repaired, cached, reported.
+"""A folder (or one file) of documents: every file read by its format, repaired, cached, tallied.
 
 Each file is read once into memory and everything is taken from those bytes: their hash is the cache key,
 so a file that changes or vanishes while it is read is either read whole or skipped, never half-cached.
 A file that gives no document (encrypted, scanned, damaged, empty, too large) is one warning line and a
-row of the report; the others are still read.
+row of the tally; the others are still read.
 
 Listing a folder follows links whose target is inside it (a link to a folder that holds the link is a
 loop, skipped; a folder reached again by another link is skipped, so each file is read once; a link to a
 hidden file or into a hidden folder is skipped, as they are). A link out of the folder
 (``notes.md -> /etc/passwd``) is skipped unless ``follow_links``: what it points to would be indexed, put in
 LLM prompts and traced. A FIFO, device or socket is never opened (a FIFO blocks), a broken link is
-reported: each is a row of the report, so ``strict`` fails on it.
+reported: each is a row of the tally, so ``strict`` fails on it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from composer.data.documents.html import read_html
 from composer.data.documents.office import read_docx, read_pptx
 from composer.data.documents.pdf import read_pdf
 from composer.data.documents.plain import read_markdown, read_plain
-from composer.data.documents.report import CorpusReport
+from composer.data.documents.tally import ReadTally
 from composer.data.fields import normal_id
 from composer.data.types import Document
 from composer.errors import InputError
@@ -57,7 +57,7 @@ TEXT: dict[str, Callable[[str, str], Extracted]] = {".md": read_markdown, ".mark
 DOCUMENT_EXTENSIONS = (*TEXT, *EXTRACTED)
 
 SkipRow = tuple[str, str, str]
-"""(document id, reason, message): one row of ``CorpusReport.skipped``."""
+"""(document id, reason, message): one row of ``ReadTally.skipped``."""
 
 
 @dataclass
@@ -176,17 +176,17 @@ def read_documents(
     cache_dir: Path | None = None,
     *,
     skipped: Sequence[SkipRow] = (),
-) -> tuple[list[Document], CorpusReport]:
-    """Documents of ``files`` ((document id, path) pairs, in order) and the report of reading them, which
+) -> tuple[list[Document], ReadTally]:
+    """Documents of ``files`` ((document id, path) pairs, in order) and the tally of reading them, which
     also lists ``unsupported`` files and entries ``skipped`` when the folder was listed (one warning each)."""
-    report = CorpusReport(str(root))
-    report.skipped += [(doc_id, "unsupported", "unsupported file type") for doc_id in unsupported]
+    tally = ReadTally(str(root))
+    tally.skipped += [(doc_id, "unsupported", "unsupported file type") for doc_id in unsupported]
     if unsupported:
         kinds = Counter(Path(d).suffix.lower() or "(none)" for d in unsupported)
         listed = ", ".join(f"{ext} {n}" for ext, n in sorted(kinds.items()))
         logger.warning("%s: skipped %d file(s) of unsupported types (%s)", root, len(unsupported), listed)
     for doc_id, reason, message in skipped:
-        report.skipped.append((doc_id, reason, message))
+        tally.skipped.append((doc_id, reason, message))
         logger.warning("%s: skipped: %s", root / doc_id, message)
     cache: DocumentCache | None = None
     documents: list[Document] = []
@@ -198,21 +198,21 @@ def read_documents(
             try:
                 extracted, cached = _read(path, ext, cache)
             except Skipped as skip:
-                report.skipped.append((doc_id, skip.reason, skip.message))
+                tally.skipped.append((doc_id, skip.reason, skip.message))
                 logger.warning("%s: skipped: %s", path, skip.message)
                 continue
-            report.files_read += 1
-            report.from_cache += cached
-            report.formats[ext] += 1
-            report.pages += extracted.n_pages
-            report.characters += len(extracted.text)
-            report.repairs.update(extracted.repairs)
+            tally.files_read += 1
+            tally.from_cache += cached
+            tally.formats[ext] += 1
+            tally.pages += extracted.n_pages
+            tally.characters += len(extracted.text)
+            tally.repairs.update(extracted.repairs)
             documents.append(Document(doc_id, extracted.text, extracted.title, extracted.metadata()))
     finally:
         if cache is not None:
             cache.close()
-    report.skipped.sort()
-    return documents, report
+    tally.skipped.sort()
+    return documents, tally
 
 
 def _read(path: Path, ext: str, cache: DocumentCache | None) -> tuple[Extracted, bool]:

@@ -1,4 +1,4 @@
-"""Arabic and Persian text repair on extraction, counted by kind for the corpus report.
+"""Arabic and Persian text repair on extraction, counted by kind for the folder's tally.
 
 PDF extractors give Arabic script as it was drawn, not as it was typed: presentation forms (U+FB50–U+FDFF,
 U+FE70–U+FEFC) instead of letters, lam-alef as one ligature, lines in visual order (letters and words

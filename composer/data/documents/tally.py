@@ -1,4 +1,5 @@
-"""What reading a corpus folder did: files read, pages, characters, files skipped and why, repairs by kind."""
+"""What reading a corpus folder did (``ReadTally``): files read, pages, characters, files skipped and why,
+repairs by kind."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from dataclasses import dataclass, field
 
 
 @dataclass
-class CorpusReport:
+class ReadTally:
+    """The counts of reading one folder, kept on its ``Corpus`` and printed by ``composer index --report``."""
+
     source: str
     files_read: int = 0
     from_cache: int = 0
@@ -22,7 +25,7 @@ class CorpusReport:
         return Counter(reason for _, reason, _ in self.skipped)
 
     def lines(self) -> list[str]:
-        """The report as a user reads it: a summary line, then one line per kind of thing."""
+        """The tally as a user reads it: a summary line, then one line per kind of thing."""
         formats = ", ".join(f"{n} {ext}" for ext, n in sorted(self.formats.items()))
         out = [
             f"read {self.files_read} file(s) ({formats or 'none'}; {self.from_cache} from cache): "
