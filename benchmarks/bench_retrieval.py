@@ -35,8 +35,8 @@ import numpy as np
 from scipy import sparse as sp
 
 from composer.chunking import chunk_corpus
-from composer.data import Corpus, QuestionSet, Run, load_corpus, load_questions
-from composer.evaluation import evaluate_run
+from composer.data import Corpus, HitLists, QuestionSet, load_corpus, load_questions
+from composer.evaluation import evaluate_ranking
 from composer.index import SparseVector
 from composer.index.base import Found, point_id
 from composer.pipeline.config import PipelineConfig
@@ -175,7 +175,7 @@ def clear_analyses() -> None:
     analyzers._analyze.cache_clear()
 
 
-def first_retrieval(pipeline: Pipeline, questions: QuestionSet) -> Run:
+def first_retrieval(pipeline: Pipeline, questions: QuestionSet) -> HitLists:
     """``pipeline.retrieve`` with the workspace's candidate lists and the analyses forgotten first, so it
     tokenizes, searches, rescores and fuses as a first call does (a memo hit would search nothing)."""
     pipeline.workspace.candidates.clear()
@@ -183,8 +183,8 @@ def first_retrieval(pipeline: Pipeline, questions: QuestionSet) -> Run:
     return pipeline.retrieve(questions)
 
 
-def quality(questions: QuestionSet, run: Run, corpus: Corpus) -> dict[str, float]:
-    metrics = evaluate_run(questions, run, ks=(1, 5, 10), corpus=corpus).summary()["metrics"]
+def quality(questions: QuestionSet, run: HitLists, corpus: Corpus) -> dict[str, float]:
+    metrics = evaluate_ranking(questions, run, ks=(1, 5, 10), corpus=corpus).summary()["metrics"]
     return {name: float(metrics[name]) for name in QUALITY}
 
 

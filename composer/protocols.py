@@ -116,13 +116,13 @@ RetrieveFunction: TypeAlias = Callable[[str], Items | Awaitable[Items]]
 """A plain function (sync or ``async def``) ``question -> items``."""
 
 System: TypeAlias = Retriever | RAGSystem | Runnable | RetrieveFunction
-"""A user's system, anything ``composer.evaluate`` scores besides Composer's own pipelines and runs."""
+"""A user's system, anything ``composer.evaluate`` scores besides Composer's own pipelines and rankings."""
 
 SystemFactory: TypeAlias = Callable[[dict[str, Any]], System]
 """``factory(settings) -> system``: ``composer.optimize`` calls it with each trial's sampled settings."""
 
-Run: TypeAlias = Mapping[str, Iterable[Any]]
-"""A finished run: question id -> the items retrieved for it, best first (``Items``)."""
+Retrieved: TypeAlias = Mapping[str, Iterable[Any]]
+"""A finished ranking: question id -> the items retrieved for it, best first (``Items``)."""
 
 
 class Table(Protocol):
@@ -144,7 +144,7 @@ CorpusSource: TypeAlias = Union["Corpus", Records]
 
 Evaluable: TypeAlias = Union[System, "Pipeline", "PipelineConfig", str, Path, Mapping[str, Any]]
 """What ``composer.evaluate`` scores: a ``System``, a ``Pipeline``, a pipeline config (YAML path, dict,
-``PipelineConfig``) or a run (run file path, or a ``Run`` mapping)."""
+``PipelineConfig``) or a ranking (a ranking file's path, or a ``Retrieved`` mapping)."""
 
 Split: TypeAlias = Literal["all", "selection", "held_out"]
 """Which of a study's questions to score (``composer.evaluate(split=...)``, ``eval --split``): all, the

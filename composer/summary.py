@@ -160,7 +160,7 @@ class JudgeAgreement:
     ci, labels), None for a metric never checked. Unchecked or below ``min_kappa``, the judge's scores are
     read with a warning; ``command`` is what checks it."""
 
-    judge: str
+    judge_model: str
     min_kappa: float
     command: str
     checks: dict[str, dict[str, Any] | None]
@@ -182,11 +182,11 @@ class JudgeAgreement:
             return None
         parts = []
         if unchecked:
-            parts.append(f"the judge {self.judge} was never checked against human labels for "
+            parts.append(f"the judge {self.judge_model} was never checked against human labels for "
                          f"{', '.join(unchecked)}")
         if weak:
             shown = ", ".join(f"{m} ({_kappa_text(self.checks[m])})" for m in weak)
-            parts.append(f"the judge {self.judge} agrees poorly with human labels (kappa below "
+            parts.append(f"the judge {self.judge_model} agrees poorly with human labels (kappa below "
                          f"{self.min_kappa:g}) for {shown}")
         return "; ".join(parts) + f": its scores may not be what people would say. Check it: `{self.command}`"
 
@@ -215,7 +215,10 @@ class JudgeAgreement:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Stored as ``judge`` (``from_dict`` reads what earlier versions stored)."""
+        out = asdict(self)
+        out["judge"] = out.pop("judge_model")
+        return out
 
     @classmethod
     def from_dict(cls, d: Any) -> JudgeAgreement | None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from composer.cli.options import ALLOW_ENV, QDRANT, WORKDIR, flag
-from composer.data.ranking import RunOrder
+from composer.data.ranking import HitOrder
 from composer.errors import ComposerError, InputError
 from composer.metrics.matching import MatchMode
 from composer.protocols import Split
@@ -32,7 +32,7 @@ def eval_command(
         help='Retrieval run to score: JSONL {"id": question id, "results": [{"id", "score"?, "text"?}], '
         '"answer"?} or a TREC run file. Answers are graded (by the LLM with --judge).',
     ),
-    order: RunOrder = typer.Option(
+    order: HitOrder = typer.Option(
         "auto",
         "--order",
         help="How a --run is ranked: score (trec_eval: score descending, equal scores by id), given (the "
@@ -125,8 +125,8 @@ def eval_command(
     """Score a retrieval run, or a pipeline end to end: hit_rate, recall, precision, MRR and nDCG at every k,
     answers with their deterministic scores and, with an LLM, judged answer_correctness, faithfulness...
     with 95% bootstrap CIs, tokens, cost and error rates."""
-    from composer.data import load_corpus, read_run
-    from composer.evaluation import evaluate_run
+    from composer.data import load_corpus, read_ranking_file
+    from composer.evaluation import evaluate_ranking
     from composer.evaluation.gate import (
         COMPOSITE,
         Scores,
@@ -150,10 +150,10 @@ def eval_command(
     with spend.counting(), spend.track("eval"):
         report: EvaluationReport
         if run is not None:
-            given = read_run(run)
+            given = read_ranking_file(run)
             judging = _run_judging(run, bool(given.answers), judge_model, llm_base, llm_key_env, llm_timeout,
                                    wanted, workdir, strict)
-            report = evaluate_run(question_set, given.hits, ks=k, match=match, corpus=docs, order=order,
+            report = evaluate_ranking(question_set, given.hits, ks=k, match=match, corpus=docs, order=order,
                                   answers=given.answers or None, judging=judging)
         else:
             assert config is not None

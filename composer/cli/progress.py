@@ -7,14 +7,14 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from composer.pipeline.pipeline import ProgressHook
+    from composer.index.bm25 import Progress
 
 _LABELS = {"analyze": "analyzing (BM25)", "encode": "encoding", "index": "indexing", "query": "querying"}
 
 
 @contextmanager
-def pipeline_progress(enabled: bool = True) -> Iterator[ProgressHook | None]:
-    """A ``ProgressHook`` drawing one bar per stage; ``None`` when disabled (e.g. with ``--json``)."""
+def pipeline_progress(enabled: bool = True) -> Iterator[Progress | None]:
+    """A ``Progress`` drawing one bar per stage; ``None`` when disabled (e.g. with ``--json``)."""
     if not enabled:
         yield None
         return

@@ -272,7 +272,7 @@ def _judge_section(stored: Any) -> str:
     if agreement is None:
         return "<p>No LLM judge: every metric was computed without one.</p>"
     items = "".join(f"<li>{html.escape(line)}</li>" for line in agreement.lines())
-    parts = [f"<p>Judge <code>{html.escape(agreement.judge)}</code>, its agreement with human labels "
+    parts = [f"<p>Judge <code>{html.escape(agreement.judge_model)}</code>, its agreement with human labels "
              f"(Cohen's kappa; warned below {agreement.min_kappa:g}):</p><ul>{items}</ul>"]
     warning = agreement.warning()
     if warning is not None:

@@ -54,7 +54,7 @@ def ui_command(
     study's runs once it answers; Ctrl-C stops it, its workers too."""
     from composer.redact import scrub_url
     from composer.study.experiment import DEFAULT_WORKDIR, default_tracking_uri, load_experiment
-    from composer.tracking.experiment import is_local_store
+    from composer.tracking.setup import is_local_store
 
     exp = load_experiment(experiment) if experiment is not None else None
     workdir = exp.work_dir if exp is not None else DEFAULT_WORKDIR.resolve()

@@ -29,7 +29,7 @@ from composer.judges.prompts import (
     STATEMENTS,
 )
 from composer.llm.cache import cache_key
-from composer.llm.config import LLMConfig, judge_config
+from composer.llm.config import LLMConfig, helper_config
 from composer.llm.prompt import Localized, PromptLanguage, numbered, prompt_language
 from composer.metrics.scorers import references
 from composer.pipeline.config import PipelineConfig
@@ -74,7 +74,7 @@ def question_calls(
     calls = _expansion(question.question, config, helper_base, passages)
     hits = list(passages[: config.retrieval.k])
     if config.rerank.method == "llm":
-        helper = judge_config(helper_base, config.rerank.model)
+        helper = helper_config(helper_base, config.rerank.model)
         if helper is not None:
             calls += _rerank(question.question, hits, config, helper)
     if not answers or generator is None:
@@ -103,7 +103,7 @@ def _expansion(
     question: str, config: PipelineConfig, base: LLMConfig | None, passages: Sequence[str]
 ) -> list[Call]:
     qe = config.query_expansion
-    helper = judge_config(base, None)
+    helper = helper_config(base, None)
     if qe.method == "none" or helper is None or (qe.method == "hyde" and config.retrieval.mode == "bm25"):
         return []
     lang = prompt_language(question)

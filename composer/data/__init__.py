@@ -1,23 +1,23 @@
-"""Datasets: corpora, question sets and retrieval runs, loaded from files or memory with located errors."""
+"""Datasets: corpora, question sets and ranking files, loaded from files or memory with located errors."""
 
 from composer.data.corpus import load_corpus
 from composer.data.questions import load_questions, unknown_relevant_ids
+from composer.data.ranking_file import RankingFile, load_ranking_file, read_ranking_file
 from composer.data.readers import SUPPORTED_EXTENSIONS
-from composer.data.runs import RunFile, load_run, read_run
-from composer.data.types import Corpus, Document, Hit, Question, QuestionSet, Run
+from composer.data.types import Corpus, Document, Hit, HitLists, Question, QuestionSet
 
 __all__ = [
     "SUPPORTED_EXTENSIONS",
     "Corpus",
     "Document",
     "Hit",
+    "HitLists",
     "Question",
     "QuestionSet",
-    "Run",
-    "RunFile",
+    "RankingFile",
     "load_corpus",
     "load_questions",
-    "load_run",
-    "read_run",
+    "load_ranking_file",
+    "read_ranking_file",
     "unknown_relevant_ids",
 ]

@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from composer.data.types import Hit, Run
+from composer.data.types import Hit, HitLists
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class ChunkTable(Mapping[str, tuple[str, str]]):
 class Ranking:
     """Row i ranks ``question_ids[i]``: ``items`` are positions in ``table`` (``NONE`` pads a short row) and
     ``scores`` their scores, best first: trec_eval's order (score descending, equal scores by id
-    descending) for every ranking Composer makes, the order ``ranking_from_run`` was told for a run's."""
+    descending) for every ranking Composer makes, the order ``ranking_from_hits`` was told for a run's."""
 
     question_ids: tuple[str, ...]
     items: npt.NDArray[np.int64]
@@ -119,7 +119,7 @@ class Ranking:
             if i != NONE
         ]
 
-    def to_run(self) -> Run:
+    def to_hit_lists(self) -> HitLists:
         return {qid: self.hits(row) for row, qid in enumerate(self.question_ids)}
 
     def rows(self, start: int, stop: int) -> Ranking:
@@ -146,21 +146,21 @@ def trec_sorted(
     return np.take_along_axis(items, order, axis=1), np.take_along_axis(scores, order, axis=1)
 
 
-RunOrder = Literal["auto", "given", "score"]
+HitOrder = Literal["auto", "given", "score"]
 """How an external run's hits are ranked: ``score`` is trec_eval's order (score descending, equal scores by
 id descending); ``given`` is the file's order; ``auto`` (the default) is the file's order for a question
 whose hits all score alike (a rank-only system, or no scores), trec_eval's otherwise."""
 
 
-def ranking_from_run(
-    run: Run, question_ids: Sequence[str], table: ChunkTable, *, order: RunOrder = "auto"
+def ranking_from_hits(
+    by_question: HitLists, question_ids: Sequence[str], table: ChunkTable, *, order: HitOrder = "auto"
 ) -> Ranking:
-    """A Run (hit lists) as a Ranking over ``table`` (which must hold every hit id), ranked by ``order``.
+    """Hit lists as a Ranking over ``table`` (which must hold every hit id), ranked by ``order``.
 
-    Re-sorting a rank-only run by id silently changes a user's numbers (seen: hit@1 0.9 -> 0.5), so ``auto``
-    keeps the given order where the scores say nothing; where trec_eval's order moves items of a scored
-    question, a warning says how many questions changed and how to keep the file's order."""
-    lists = [run.get(qid, []) for qid in question_ids]
+    Re-sorting a rank-only system's hits by id silently changes a user's numbers (seen: hit@1 0.9 -> 0.5),
+    so ``auto`` keeps the given order where the scores say nothing; where trec_eval's order moves items of a
+    scored question, a warning says how many questions changed and how to keep the file's order."""
+    lists = [by_question.get(qid, []) for qid in question_ids]
     depth = max((len(hits) for hits in lists), default=0)
     items = np.full((len(lists), depth), NONE, dtype=np.int64)
     scores = np.zeros((len(lists), depth), dtype=np.float64)

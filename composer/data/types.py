@@ -113,7 +113,7 @@ class Hit:
     doc_id: str | None = None
 
 
-Run = dict[str, list[Hit]]
+HitLists = dict[str, list[Hit]]
 """Question id -> hits in the system's rank order."""
 
 

@@ -1,6 +1,6 @@
 """A batch's metric columns: retrieval metrics at every cutoff, context size and deterministic answer scores
 for each question of a ranking. The "score a batch" half of every evaluation (``scoring.score_pipeline``
-produces the batches; ``runs.evaluate_run`` scores a run file in one batch)."""
+produces the batches; ``given.evaluate_ranking`` scores a ranking file in one batch)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from composer.data.ranking import Ranking
 from composer.data.types import Corpus, Question
 from composer.errors import InputError
 from composer.evaluation.report import SampleTable
-from composer.metrics.matching import MatchMode, Universe, judge_ranking
+from composer.metrics.matching import MatchMode, Universe, match_ranking
 from composer.metrics.refusal import is_refusal
 from composer.metrics.retrieval import RETRIEVAL_METRICS, metric_key
 from composer.metrics.scorers import AnswerScorer, default_scorers
@@ -40,12 +40,12 @@ def score_ranking(
     """
     cutoffs = check_ks(ks)
     n = len(questions)
-    judged = judge_ranking(questions, ranking, mode, corpus=corpus, universe=universe)
+    matched = match_ranking(questions, ranking, mode, corpus=corpus, universe=universe)
     metrics: dict[str, np.ndarray] = {}
     for name, fn in RETRIEVAL_METRICS.items():
         for k in cutoffs:
             metrics[metric_key(name, k)] = np.where(
-                judged.labelled, fn(judged.relevant, judged.n_relevant, k), np.nan
+                matched.labelled, fn(matched.relevant, matched.n_relevant, k), np.nan
             )
     kept = ranking.top(cutoffs[-1])
     table = SampleTable(
@@ -54,8 +54,8 @@ def score_ranking(
         metrics=metrics,
         context_tokens=_context_tokens(ranking),
         retrieved=kept,
-        skipped={"retrieval": [None if labelled else "no_labels" for labelled in judged.labelled.tolist()]}
-        if not judged.labelled.all()
+        skipped={"retrieval": [None if labelled else "no_labels" for labelled in matched.labelled.tolist()]}
+        if not matched.labelled.all()
         else {},
     )
     if answers is not None:

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from composer.data.fields import normal_id
-from composer.data.runs import read_run
+from composer.data.ranking_file import read_ranking_file
 from composer.data.types import Corpus, QuestionSet
 from composer.errors import ConfigError
+from composer.evaluation.given import GivenRanking, hits_table
 from composer.evaluation.judging import Judging
 from composer.evaluation.report import EvaluationReport
-from composer.evaluation.runs import GivenRun, run_table
 from composer.evaluation.scoring import RankingPipeline, score_pipeline
 from composer.evaluation.system import SystemPipeline, as_hits, is_system, not_a_system
 from composer.pipeline.config import PipelineConfig, load_pipeline_config
@@ -83,8 +83,8 @@ def producer_of(system: object, corpus: Corpus | None, workdir: Path, concurrenc
     ):
         return _indexable(Pipeline.from_config(pipeline_config(system), workdir=workdir), corpus)
     if isinstance(system, str | Path):
-        run_file = read_run(system)
-        return _given(run_file.hits, run_file.answers, corpus)
+        ranking_file = read_ranking_file(system)
+        return _given(ranking_file.hits, ranking_file.answers, corpus)
     if isinstance(system, Mapping):
         return _given(_run_of(system), {}, corpus)
     if is_system(system):
@@ -111,6 +111,6 @@ def _run_of(mapping: Mapping[Any, Any]) -> dict[str, Any]:
     return {normal_id(str(qid)): as_hits(items, str(qid)) for qid, items in mapping.items()}
 
 
-def _given(run: dict[str, Any], answers: dict[str, str], corpus: Corpus | None) -> RankingPipeline:
-    """A run (with the answers its file gives, if any) as a pipeline that has ranked and answered."""
-    return GivenRun(run, answers, run_table(run, corpus), can_answer=bool(answers))
+def _given(hits: dict[str, Any], answers: dict[str, str], corpus: Corpus | None) -> RankingPipeline:
+    """Hit lists (with the answers their file gives, if any) as a pipeline that has ranked and answered."""
+    return GivenRanking(hits, answers, hits_table(hits, corpus), can_answer=bool(answers))

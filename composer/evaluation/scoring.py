@@ -25,6 +25,7 @@ from composer.evaluation.columns import score_ranking
 from composer.evaluation.judging import Judging
 from composer.evaluation.report import EvaluationReport, SampleTable, StageError, concat_tables
 from composer.generation import Answer
+from composer.index.bm25 import Progress
 from composer.judges import (
     FailureBudget,
     FailureBudgetExceeded,
@@ -58,7 +59,7 @@ class Scored:
     answerer: str
     answers: dict[str, Answer] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
-    judge: str | None = None
+    judge_model: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     """Wall time per part of the scoring: rank (of which search: the index searches), answer, judge,
     metrics, steps (the pruner's reports)."""
@@ -77,7 +78,7 @@ class Scored:
         judge, the share of samples its deterministic fallback scored (``judge_fallback``)."""
         out = usage_metrics(self.usage)
         rates = self.report.meta.get(LLM_META, {}).get("error_rates", {})
-        if self.judge is not None and JUDGE_FALLBACK_SHARE in rates:
+        if self.judge_model is not None and JUDGE_FALLBACK_SHARE in rates:
             out[JUDGE_FALLBACK] = float(rates[JUDGE_FALLBACK_SHARE])
         rating = self.report.means().get("llm_judge_rating")
         if rating is not None:
@@ -138,8 +139,6 @@ class RankingPipeline(Protocol):
 
 BatchHook = Callable[[int, EvaluationReport], None]
 """``hook(step, report so far)`` after each batch; raising (optuna.TrialPruned) stops the scoring."""
-StageHook = Callable[[str, int, int], None]
-"""``hook(stage, done, total)`` for "retrieved", "answered", "judged": a trial's live progress."""
 
 
 def score_pipeline(
@@ -153,7 +152,7 @@ def score_pipeline(
     match: MatchMode | None = None,
     answers: bool = True,
     on_batch: BatchHook | None = None,
-    on_stage: StageHook | None = None,
+    on_stage: Progress | None = None,
     on_failure: Callable[[Scored], None] | None = None,
 ) -> Scored:
     """Rank, answer (when ``answers`` or a judge asks), judge and score ``questions`` (the pipeline must be
@@ -227,7 +226,7 @@ class _Batches:
                                    judge_model)
             report = report.with_meta({LLM_META: section})
         return Scored(report, self.pipeline.answerer, answers=self.answers, usage=self.usage,
-                      judge=judge_model, seconds=self.seconds)
+                      judge_model=judge_model, seconds=self.seconds)
 
     def _spend(self, failed: int, stage: Stage) -> None:
         """Count ``failed`` samples of ``stage``; the budget's error waits until the batch has its table."""
@@ -341,9 +340,9 @@ def _timed(seconds: dict[str, float], stage: str) -> Iterator[None]:
 
 
 class _Progress:
-    """Counts of questions retrieved, answered and judged so far, sent to a StageHook."""
+    """Counts of questions retrieved, answered and judged so far, sent to a Progress."""
 
-    def __init__(self, hook: StageHook | None, total: int) -> None:
+    def __init__(self, hook: Progress | None, total: int) -> None:
         self.hook = hook
         self.total = total
         self.done: dict[str, int] = {}
@@ -408,13 +407,14 @@ def _merge_answers(
 
 
 def _llm_section(
-    report: EvaluationReport, usage: Usage, budget: FailureBudget, generator: str | None, judge: str | None
+    report: EvaluationReport, usage: Usage, budget: FailureBudget, generator: str | None,
+    judge_model: str | None,
 ) -> dict[str, Any]:
     stages = {stage: sum(kinds.values()) for stage, kinds in report.error_counts().items()}
     rating = report.means().get("llm_judge_rating")
     return {
         "generator": generator,
-        "judge": judge,
+        "judge": judge_model,
         "usage": usage.to_dict(),
         "llm_judge_rating": None if rating is None else f"{rating_out_of_5(rating):.1f}/5",
         "error_rates": {

@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 
 from composer.data.fields import normal_id
-from composer.data.ranking import Ranking, ranking_from_run
-from composer.data.types import Corpus, Hit, Question, Run, StageError
+from composer.data.ranking import Ranking, ranking_from_hits
+from composer.data.types import Corpus, Hit, HitLists, Question, StageError
 from composer.errors import ComposerError
-from composer.evaluation.runs import run_table
+from composer.evaluation.given import hits_table
 from composer.generation import Answer
 from composer.llm.prompt import prompt_language
 from composer.llm.sync import run_sync
@@ -243,24 +243,24 @@ class SystemPipeline:
         """Each question's items in the system's order, and its retrieve latency."""
         items = list(questions)
         results = run_sync(self._gather([(q.question,) for q in items], self._retrieve))
-        run: Run = {}
+        hits: HitLists = {}
         seconds = np.zeros(len(items))
         self.failed = {}
         for row, (q, (returned, took, error)) in enumerate(zip(items, results, strict=True)):
             seconds[row] = took
             if error is not None:
                 self.failed[q.id] = StageError("retrieval", type(error).__name__, str(error)[:500])
-                run[q.id] = []
+                hits[q.id] = []
                 continue
             if returned is None:
                 raise SystemError_(
                     f"retrieve({q.question!r}) (question '{q.id}') returned None; expected "
                     "a list (an empty list when nothing is found)"
                 )
-            run[q.id] = as_hits(returned, q.question)
+            hits[q.id] = as_hits(returned, q.question)
         self.searched += float(seconds.sum())
         # A live system's ranking is the order it returns (what its own generator reads), ties and all.
-        ranking = ranking_from_run(run, [q.id for q in items], run_table(run, self.corpus), order="given")
+        ranking = ranking_from_hits(hits, [q.id for q in items], hits_table(hits, self.corpus), order="given")
         return ranking, {"retrieve": seconds}
 
     def answer(

@@ -31,9 +31,11 @@ _SCRIPT_NEUTRAL = str.maketrans({"ی": "ي", "ک": "ك"})
 
 
 Progress = Callable[[str, int, int], None]
-"""``progress(stage, done, total)``: how far an index build has got, "analyze" here (BM25's analysis:
-each text is read twice, language and tokens), "index" in ``composer.pipeline.indexing`` (and the
-embedder's "encode")."""
+"""``progress(stage, done, total)``: how far work has got, the one callback type of every stage. Defined
+here, the lowest module that reports any: "analyze" (BM25's analysis: each text is read twice, language
+and tokens); "encode" and "index" (``composer.pipeline.indexing``); "query" and "answer"
+(``composer.pipeline.Pipeline``); "retrieved", "answered", "judged" (a trial's live progress,
+``composer.evaluation.scoring``). The CLI draws one bar per stage."""
 
 
 class SparseVector(NamedTuple):

@@ -10,7 +10,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 from composer.embedding.config import EmbeddingConfig
 from composer.errors import ConfigError, config_error
 from composer.judges.panel import JudgeSettings
-from composer.llm.config import EndpointChecks, LLMConfig, TokenPrice, judge_config
+from composer.llm.config import EndpointChecks, LLMConfig, TokenPrice, helper_config
 from composer.yamlfile import read_yaml
 
 _LLM_FIELDS = ("api_base", "api_key_env", "timeout", "max_concurrency", "max_retries", "price")
@@ -59,7 +59,7 @@ class JudgeConfig(EndpointChecks, JudgeSettings):
 
     def llm_config(self, llm: LLMConfig | None) -> LLMConfig | None:
         """The judge's LLMConfig on top of the generator's ``llm``; None when there is no model at all."""
-        base = judge_config(llm, self.model)
+        base = helper_config(llm, self.model)
         if base is None:
             return None
         update: dict[str, Any] = {k: v for k in _LLM_FIELDS if (v := getattr(self, k)) is not None}

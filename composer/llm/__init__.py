@@ -2,7 +2,7 @@
 
 from composer.llm.cache import LLMCache, cache_key
 from composer.llm.client import LLMClient, Messages, Result
-from composer.llm.config import LLMConfig, TokenPrice, check_env_name, derive_config, judge_config
+from composer.llm.config import LLMConfig, TokenPrice, check_env_name, derive_config, helper_config
 from composer.llm.faults import classify, scrub
 from composer.llm.sync import run_sync
 from composer.llm.usage import FAILURE_KINDS, FailureKind, Usage, track_usage
@@ -21,7 +21,7 @@ __all__ = [
     "check_env_name",
     "classify",
     "derive_config",
-    "judge_config",
+    "helper_config",
     "run_sync",
     "scrub",
     "track_usage",

@@ -112,17 +112,18 @@ def check_env_name(value: str | None) -> str | None:
     return value
 
 
-def judge_config(llm: LLMConfig | None, judge: LLMConfig | str | None = None) -> LLMConfig | None:
-    """The judge's settings, always at temperature 0; None when neither a judge nor a generator is set.
+def helper_config(llm: LLMConfig | None, helper: LLMConfig | str | None = None) -> LLMConfig | None:
+    """The settings of a helper LLM (a judge, an LLM reranker, query expansion), always at temperature 0;
+    None when neither a helper nor a generator is set.
 
-    A bare judge model name keeps the generator's operational settings (timeout, concurrency, retries,
-    cache) and, when both use the same litellm provider prefix, its endpoint and key variable too.
+    A bare model name keeps the generator's operational settings (timeout, concurrency, retries, cache)
+    and, when both use the same litellm provider prefix, its endpoint and key variable too.
     """
-    if isinstance(judge, LLMConfig):
-        return judge.model_copy(update={"temperature": 0.0})
+    if isinstance(helper, LLMConfig):
+        return helper.model_copy(update={"temperature": 0.0})
     if llm is None:
-        return LLMConfig(model=judge, temperature=0.0) if judge else None
-    return derive_config(llm, judge or llm.model, temperature=0.0)
+        return LLMConfig(model=helper, temperature=0.0) if helper else None
+    return derive_config(llm, helper or llm.model, temperature=0.0)
 
 
 def derive_config(base: LLMConfig, model: str, **update: Any) -> LLMConfig:

@@ -2,12 +2,12 @@
 
 from composer.metrics.answer import exact_match, is_refusal, overlap_faithfulness, token_f1
 from composer.metrics.matching import (
-    Judged,
-    JudgedRanking,
+    Matched,
+    MatchedRanking,
     MatchMode,
     default_match_mode,
-    judge,
-    judge_ranking,
+    match_hits,
+    match_ranking,
 )
 from composer.metrics.retrieval import (
     RETRIEVAL_METRICS,
@@ -33,9 +33,9 @@ __all__ = [
     "RETRIEVAL_METRICS",
     "AnswerScorer",
     "ExactMatchScorer",
-    "Judged",
-    "JudgedRanking",
     "MatchMode",
+    "Matched",
+    "MatchedRanking",
     "OverlapFaithfulnessScorer",
     "Score",
     "TokenF1Scorer",
@@ -45,8 +45,8 @@ __all__ = [
     "exact_match",
     "hit_rate",
     "is_refusal",
-    "judge",
-    "judge_ranking",
+    "match_hits",
+    "match_ranking",
     "metric_key",
     "mrr",
     "ndcg",

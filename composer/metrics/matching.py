@@ -1,7 +1,7 @@
 """Judging rankings: which keys are ranked, in which order, and which of them are relevant.
 
 The retrieval metrics then only compare a relevance matrix with the number of relevant items per question
-(``Judged``), so every match mode shares the same, parity-tested metric code. Document and chunk modes
+(``Matched``), so every match mode shares the same, parity-tested metric code. Document and chunk modes
 judge ids, vectorized over a whole ``Ranking``; answer and context modes read texts, one question at a time.
 """
 
@@ -30,7 +30,7 @@ _Collection = Corpus | Universe
 
 
 @dataclass(frozen=True)
-class JudgedRanking:
+class MatchedRanking:
     """One question's distinct keys in rank order with their scores, and the keys that count as relevant."""
 
     ranked: list[str]
@@ -39,8 +39,8 @@ class JudgedRanking:
 
 
 @dataclass(frozen=True)
-class Judged:
-    """A batch of judged rankings: what the retrieval metrics take, and which questions have labels (the
+class Matched:
+    """A batch of matched rankings: what the retrieval metrics take, and which questions have labels (the
     others are skipped and counted, never averaged in as 0)."""
 
     relevant: Relevance
@@ -54,34 +54,34 @@ def chunk_parent(item_id: str) -> str:
     return head if sep and head and tail.isdigit() else item_id
 
 
-def judge(
+def match_hits(
     question: Question,
     hits: Sequence[Hit],
     mode: TextMatchMode,
     *,
     corpus: Corpus | None = None,
     universe: Universe | None = None,
-) -> JudgedRanking | None:
-    """Judge ``hits`` (taken in the given order: trec order, see ``composer.data.ranking``) for ``question``
+) -> MatchedRanking | None:
+    """Match ``hits`` (taken in the given order: trec order, see ``composer.data.ranking``) for ``question``
     by their texts.
 
     Returns None when the question has no labels for this mode, so callers skip and count it. ``universe``
     (every chunk of the collection) lets answer mode know how many relevant items exist; without it, answer
     mode counts the corpus documents (when the hits are document ids) plus the retrieved items.
     """
-    if mode not in _JUDGES:
-        raise ValueError(f"unknown text match mode {mode!r}; expected one of {sorted(_JUDGES)}")
-    return _JUDGES[mode](question, hits, corpus, universe)
+    if mode not in _MATCHERS:
+        raise ValueError(f"unknown text match mode {mode!r}; expected one of {sorted(_MATCHERS)}")
+    return _MATCHERS[mode](question, hits, corpus, universe)
 
 
-def judge_ranking(
+def match_ranking(
     questions: Sequence[Question],
     ranking: Ranking,
     mode: MatchMode,
     *,
     corpus: Corpus | None = None,
     universe: Universe | None = None,
-) -> Judged:
+) -> Matched:
     """Judge every row of ``ranking`` (row i answers ``questions[i]``) under ``mode``.
 
     Document and chunk modes compare ids, as arrays: chunks of one document count once, at their best
@@ -93,21 +93,22 @@ def judge_ranking(
         )
     if mode == "chunk":
         return _by_keys(questions, ranking.items, ranking, ranking.table.ids)
-    if mode not in _JUDGES:
+    if mode not in _MATCHERS:
         raise ValueError(f"unknown match mode {mode!r}; expected one of {sorted(MATCH_MODES)}")
     verdicts = [
-        judge(q, ranking.hits(row), mode, corpus=corpus, universe=universe) for row, q in enumerate(questions)
+        match_hits(q, ranking.hits(row), mode, corpus=corpus, universe=universe)
+        for row, q in enumerate(questions)
     ]
     matrix, counts = relevance(
         [v.ranked if v else [] for v in verdicts], [v.relevant if v else () for v in verdicts]
     )
     labelled = np.array([v is not None for v in verdicts], dtype=bool)
-    return Judged(matrix, counts, labelled)
+    return Matched(matrix, counts, labelled)
 
 
 def _by_keys(
     questions: Sequence[Question], keys: npt.NDArray[np.int64], ranking: Ranking, names: Sequence[str]
-) -> Judged:
+) -> Matched:
     """Relevance of rows of integer keys (document or chunk positions): repeats after a key's first
     (best) rank are dropped, then each key is looked up in its question's labels."""
     keys = np.where(ranking.items == NONE, NONE, keys)
@@ -127,7 +128,7 @@ def _by_keys(
     ]
     matrix = keep & np.isin(np.arange(len(keys))[:, None] * width + keys, np.array(codes, dtype=np.int64))
     counts = np.array([len(set(q.relevant_ids)) for q in questions], dtype=np.int64)
-    return Judged(matrix, counts, counts > 0)
+    return Matched(matrix, counts, counts > 0)
 
 
 def default_match_mode(questions: Iterable[Question], corpus: Corpus | None = None) -> MatchMode:
@@ -178,16 +179,16 @@ def _distinct(keyed: Iterable[tuple[str, float]]) -> tuple[list[str], list[float
 
 def _chunks(
     question: Question, hits: Sequence[Hit], corpus: Corpus | None, universe: Universe | None
-) -> JudgedRanking | None:
+) -> MatchedRanking | None:
     if not question.relevant_ids:
         return None
     ranked, scores = _distinct((h.id, h.score) for h in hits)
-    return JudgedRanking(ranked, scores, frozenset(question.relevant_ids))
+    return MatchedRanking(ranked, scores, frozenset(question.relevant_ids))
 
 
 def _answers(
     question: Question, hits: Sequence[Hit], corpus: Corpus | None, universe: Universe | None
-) -> JudgedRanking | None:
+) -> MatchedRanking | None:
     golds = question.gold_answers
     if not golds:
         return None
@@ -206,12 +207,12 @@ def _answers(
     if collection is not None:
         found |= _index(collection).answer_bearing(labelled, golds)
     ranked, scores = _distinct((h.id, h.score) for h in hits)
-    return JudgedRanking(ranked, scores, frozenset(found))
+    return MatchedRanking(ranked, scores, frozenset(found))
 
 
 def _contexts(
     question: Question, hits: Sequence[Hit], corpus: Corpus | None, universe: Universe | None
-) -> JudgedRanking | None:
+) -> MatchedRanking | None:
     """Each gold context is one target ``ctx:j``; a passage takes the key of the first context it matches.
 
     An id match without a text match stands for the first gold context not yet found higher up, so a
@@ -230,11 +231,11 @@ def _contexts(
             target = next((j for j in range(len(contexts)) if f"ctx:{j}" not in seen), 0)
         keyed.append((hit.id if target is None else f"ctx:{target}", hit.score))
     ranked, scores = _distinct(keyed)
-    return JudgedRanking(ranked, scores, frozenset(f"ctx:{j}" for j in range(len(contexts))))
+    return MatchedRanking(ranked, scores, frozenset(f"ctx:{j}" for j in range(len(contexts))))
 
 
-_Judge = Callable[[Question, Sequence[Hit], Corpus | None, Universe | None], JudgedRanking | None]
-_JUDGES: dict[str, _Judge] = {"answer": _answers, "context": _contexts}
+_Matcher = Callable[[Question, Sequence[Hit], Corpus | None, Universe | None], MatchedRanking | None]
+_MATCHERS: dict[str, _Matcher] = {"answer": _answers, "context": _contexts}
 
 
 class _CollectionIndex:

@@ -12,19 +12,20 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from composer.chunking.chunk import Chunk
 from composer.data.ranking import Ranking
-from composer.data.types import Corpus, Hit, Question, Run
+from composer.data.types import Corpus, Hit, HitLists, Question
 from composer.embedding import CachedEmbedder
 from composer.errors import ComposerError
 from composer.generation import Answer, Generator
 from composer.index.base import IndexInfo
-from composer.llm import LLMClient, LLMConfig, judge_config
+from composer.index.bm25 import Progress
+from composer.llm import LLMClient, LLMConfig, helper_config
 from composer.pipeline.answers import AnswerHook, memoized_answers
 from composer.pipeline.config import PipelineConfig, load_pipeline_config
 from composer.pipeline.indexing import IndexHandle, SaveTo, open_or_build
@@ -45,10 +46,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_WORKDIR = Path(".composer")
 SCRATCH = "scratch"
 """The work dir's folder of unlinked files: a large index's vectors mapped for rescoring (``ExactScores``)."""
-
-ProgressHook = Callable[[str, int, int], None]
-"""``hook(stage, done, total)`` for stage in "analyze", "encode", "index", "query", "answer"; the CLI draws
-Rich bars from it, a study's live view its status line."""
 
 class Pipeline:
     """Index a corpus once per index key, then rank questions and answer them.
@@ -77,7 +74,7 @@ class Pipeline:
         config: PipelineConfig,
         *,
         workspace: Workspace,
-        progress: ProgressHook | None = None,
+        progress: Progress | None = None,
         llm: LLMConfig | None = None,
     ) -> None:
         self.config = config
@@ -101,7 +98,7 @@ class Pipeline:
         workdir: str | Path = DEFAULT_WORKDIR,
         qdrant: str | None = None,
         api_key: str | None = None,
-        progress: ProgressHook | None = None,
+        progress: Progress | None = None,
         llm: LLMConfig | None = None,
     ) -> Pipeline:
         """``config`` is a PipelineConfig, a dict of it, or a YAML path; ``qdrant`` None means Qdrant Edge."""
@@ -244,9 +241,9 @@ class Pipeline:
             self.progress("query", len(items), len(items))
         return ranking, latency
 
-    def retrieve(self, questions: Iterable[Question]) -> Run:
+    def retrieve(self, questions: Iterable[Question]) -> HitLists:
         """Top ``retrieval.k`` hits per question, after reranking. ``questions`` may be any iterable."""
-        return self.rank(questions)[0].to_run()
+        return self.rank(questions)[0].to_hit_lists()
 
     def search(self, query: str, k: int | None = None) -> list[Hit]:
         """Ranked chunks for one query string, best first.
@@ -449,7 +446,7 @@ class Pipeline:
         temperature 0, so every trial asking the same shares the cached reply whatever its answer
         temperature."""
         base = self.generator_llm or self.llm
-        config = judge_config(base, model)
+        config = helper_config(base, model)
         if config is None:
             raise ComposerError("query expansion and LLM reranking need an LLM: set generation.model")
         return self.workspace.client(config)

@@ -23,9 +23,9 @@ from composer.evaluation.scoring import (
     BatchHook,
     RankingPipeline,
     Scored,
-    StageHook,
     score_pipeline,
 )
+from composer.index.bm25 import Progress
 from composer.judges import JudgeConfig
 from composer.llm import LLMConfig
 from composer.objective import Objective, ObjectiveConfig, available_metrics, needs_answers
@@ -205,7 +205,7 @@ class StudyData:
         *,
         batch_size: int | None = None,
         on_batch: BatchHook | None = None,
-        on_stage: StageHook | None = None,
+        on_stage: Progress | None = None,
         on_failure: Callable[[Scored], None] | None = None,
     ) -> Scored:
         """Score an indexed pipeline on ``questions`` (the selection, or the held-out set) as trials do;

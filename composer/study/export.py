@@ -75,9 +75,9 @@ def export_document(study: optuna.Study, trial: optuna.trial.FrozenTrial, storag
     held_out = study.user_attrs.get("held_out")
     if held_out:
         doc["held_out"] = held_out
-    judge = study.user_attrs.get(JUDGE_ATTR)
-    if judge:
-        doc["judge_agreement"] = judge
+    agreement = study.user_attrs.get(JUDGE_ATTR)
+    if agreement:
+        doc["judge_agreement"] = agreement
     return scrub(doc)
 
 
@@ -97,7 +97,7 @@ def render_yaml(doc: dict[str, Any]) -> str:
               "--split selection\n")
     agreement = JudgeAgreement.from_dict(doc.get("judge_agreement"))
     if agreement is not None:
-        header += f"# Judge {agreement.judge}, agreement with human labels:\n"
+        header += f"# Judge {agreement.judge_model}, agreement with human labels:\n"
         header += "".join(f"#   {line}\n" for line in agreement.lines())
         warning = agreement.warning()
         if warning is not None:

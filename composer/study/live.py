@@ -42,7 +42,7 @@ class _Running:
 
 class StudyProgress:
     """An Optuna callback drawing progress with Rich; ``target`` is the trial count the study aims for.
-    ``stage`` is the running trial's ``StageHook``, ``watch`` is told when a trial starts."""
+    ``stage`` is the running trial's ``Progress``, ``watch`` is told when a trial starts."""
 
     def __init__(self, console: Console, target: int | None, done: int, timeout: float | None = None) -> None:
         self.console = console

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from composer.errors import ComposerError
 from composer.evaluation.report import EvaluationReport
-from composer.evaluation.scoring import Scored, StageHook, usage_metrics
+from composer.evaluation.scoring import Scored, usage_metrics
 from composer.evaluation.system import NotASystem
 from composer.files import disk_full_error
+from composer.index.bm25 import Progress
 from composer.llm import Usage, track_usage
 from composer.objective import NothingToScore, Objective
 from composer.pipeline.config import PipelineConfig
@@ -65,7 +66,8 @@ class InvalidConfiguration(ComposerError):
 
 
 class TrialRunner:
-    """The study's one Optuna objective: ``study.optimize(TrialRunner(data, target=n), ...)``.
+    """The trial function, what Optuna calls for each trial:
+    ``study.optimize(TrialRunner(data, target=n), ...)``.
 
     It runs a trial only while the study's first ``target`` slot-holding trials are not all taken (in
     trial-number order; every trial without a target), and once per queued retry: two workers checking the
@@ -82,7 +84,7 @@ class TrialRunner:
         data: StudyData,
         *,
         target: int | None = None,
-        on_stage: StageHook | None = None,
+        on_stage: Progress | None = None,
         on_start: Callable[[int, Usage], None] | None = None,
         stop: StopConfig | None = None,
         spool: Spool | None = None,
@@ -180,7 +182,7 @@ class TrialRunner:
         data = self.data if self.data.system is None else self.data.settle(trial.study, pipeline.can_answer)
         index = pipeline.index(self.data.corpus)  # None for a user's system: it keeps its own index
         record = record.updated(index=index)
-        judge = self.data.judging.model if self.data.judging is not None else None
+        judge_model = self.data.judging.model if self.data.judging is not None else None
         kept: list[Scored] = []
         try:
             scored = data.score(
@@ -194,7 +196,7 @@ class TrialRunner:
         except optuna.TrialPruned:
             metrics = {"composite_at_prune": steps[-1], "pruned_at_questions": float(len(last[-1]))}
             record.updated(metrics=metrics, llm_usage=usage_metrics(usage)).save(trial)
-            self.artifacts = TrialArtifacts(last[-1], judge_model=judge)
+            self.artifacts = TrialArtifacts(last[-1], judge_model=judge_model)
             raise
         except Exception:
             record.save(trial)  # the index it searched joins the failure's record
@@ -212,7 +214,7 @@ class TrialRunner:
     def _artifacts(scored: Scored, config: Configured) -> TrialArtifacts:
         """What a trial's run shows of its scores: its report, and how its first answers were made."""
         generation = generation_details(scored, config, TRACED)
-        return TrialArtifacts(scored.report, scored.answerer, scored.judge, generation)
+        return TrialArtifacts(scored.report, scored.answerer, scored.judge_model, generation)
 
     def _step(
         self,

@@ -286,7 +286,7 @@ def _tracker(
 ) -> StudyTracker:
     """The study's MLflow writer, with the gold answers its traces are assessed against and the weighted
     metrics its runs page view shows."""
-    from composer.tracking.experiment import is_local_store
+    from composer.tracking.setup import is_local_store
     from composer.tracking.writer import StudyTracker, WriterSettings
 
     return StudyTracker(

@@ -12,7 +12,7 @@ from composer.metrics.names import mlflow_metric_name
 from composer.mlflow_store import prepare_mlflow_store
 from composer.redact import scrub_url
 from composer.store import sqlite_file
-from composer.tracking.experiment import experiment_id, mlflow_params
+from composer.tracking.setup import experiment_id, mlflow_params
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -26,7 +26,7 @@ def open_experiment(tracking_uri: str, experiment: str) -> tuple[MlflowClient, s
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from composer.tracking.experiment import local_store_lock
+    from composer.tracking.setup import local_store_lock
 
     if (file := sqlite_file(tracking_uri)) is not None:
         file.parent.mkdir(parents=True, exist_ok=True)

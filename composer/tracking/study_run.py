@@ -22,7 +22,7 @@ from composer.mlflow_store import prepare_mlflow_store
 from composer.redact import scrub, scrub_url
 from composer.store import sqlite_file, use_wal
 from composer.summary import StudySummary
-from composer.tracking.experiment import (
+from composer.tracking.setup import (
     COMPOSITE,
     check_local_store,
     check_server,

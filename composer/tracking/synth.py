@@ -9,7 +9,7 @@ from typing import Any
 
 from composer.llm.spend import purpose_metrics
 from composer.metrics.names import mlflow_metric_name
-from composer.tracking.experiment import mlflow_params
+from composer.tracking.setup import mlflow_params
 
 
 def log_report_to_mlflow(

@@ -59,14 +59,14 @@ class Tracer:
         started = trial.datetime_start or datetime.now(timezone.utc)
         start = int(started.timestamp() * 1e9)
         root = self._root_span(sample, trial.number, start)
-        judge = artifacts.judge_model or "deterministic scorers"
+        judge_model = artifacts.judge_model or "deterministic scorers"
         t = _retrieval_spans(root, sample, trial_config(trial), start)
-        t = _answer_spans(root, sample, artifacts, judge, t)
+        t = _answer_spans(root, sample, artifacts, judge_model, t)
         # Assessments logged while the trace is live travel with it, in its one write to the store: logged
         # after, each would be a write of its own (~10 ms, for every metric of every question). The traces
         # list shows the question and the answer themselves, not the root span's inputs and outputs as JSON.
         with safe_set_span_in_context(root):
-            self._assess(root.trace_id, sample, judge)
+            self._assess(root.trace_id, sample, judge_model)
             mlflow.update_current_trace(request_preview=preview(sample.question),
                                         response_preview=preview(sample.answer))
         root.end(outputs={"answer": sample.answer}, end_time_ns=t)
@@ -90,7 +90,7 @@ class Tracer:
             },
         )
 
-    def _assess(self, trace_id: str, sample: Any, judge: str) -> None:
+    def _assess(self, trace_id: str, sample: Any, judge_model: str) -> None:
         """The question's metrics as feedback and its gold as expectations on its trace: the UI's traces
         table then sorts and filters questions by any metric."""
         import mlflow
@@ -100,7 +100,8 @@ class Tracer:
         for name, value in sample.metrics.items():
             if value is not None:
                 reason = sample.reasons.get(name)
-                source = scorer if reason is None else AssessmentSource(AssessmentSourceType.LLM_JUDGE, judge)
+                source = scorer if reason is None else AssessmentSource(
+                    AssessmentSourceType.LLM_JUDGE, judge_model)
                 mlflow.log_feedback(
                     trace_id=trace_id, name=mlflow_metric_name(name), value=float(value), source=source,
                     rationale=reason,
@@ -169,7 +170,7 @@ def _retrieval_spans(root: LiveSpan, sample: Any, cfg: Mapping[str, Any], t: int
     return t
 
 
-def _answer_spans(root: LiveSpan, sample: Any, artifacts: TrialArtifacts, judge: str, t: int) -> int:
+def _answer_spans(root: LiveSpan, sample: Any, artifacts: TrialArtifacts, judge_model: str, t: int) -> int:
     """The spans of a question's answer, from ``t`` (ns): generate (if it ran; an LLM span when an LLM
     answered) and judge, with the scores and the judge's reasons; where the last one ended."""
     from mlflow.entities import SpanType
@@ -188,7 +189,7 @@ def _answer_spans(root: LiveSpan, sample: Any, artifacts: TrialArtifacts, judge:
             generation,
         )
     scores = {k: v for k, v in sample.metrics.items() if v is not None}
-    judged: dict[str, Any] = {"judge": judge}
+    judged: dict[str, Any] = {"judge": judge_model}
     if sample.reasons:
         judged["reasons"] = dict(sample.reasons)
     return _child_span(

@@ -23,7 +23,7 @@ from composer.files import plain_name, write_atomic
 from composer.metrics.names import mlflow_metric_name
 from composer.record import LOST_ATTR, TrialRecord
 from composer.redact import scrub
-from composer.tracking.experiment import COMPOSITE, mlflow_params
+from composer.tracking.setup import COMPOSITE, mlflow_params
 from composer.tracking.read import (
     ROLE_TAG,
     RUN_STATUS,

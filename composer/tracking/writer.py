@@ -186,7 +186,7 @@ class StudyTracker:
         self.process.wait()
         self._out.close()
         self._in.close()
-        self._report()
+        self._warn_what_was_left()
         self.spool.release()
 
     def _drain(self, status: str) -> None:
@@ -201,7 +201,7 @@ class StudyTracker:
             if self.process.wait() == 0 or not self._restart():
                 return
 
-    def _report(self) -> None:
+    def _warn_what_was_left(self) -> None:
         """Say what the store made the writer retry, and what it could not write (left in the spool)."""
         for note, times in self.notes.items():
             logger.warning("MLflow store: %s (%d times, retried; see %s)", note, times,

@@ -1,4 +1,4 @@
-"""evaluate_run: trec_eval's ordering, missing and unknown questions, skips, answers, and trec_eval parity."""
+"""evaluate_ranking: trec_eval's ordering, missing and unknown questions, skips, answers, trec_eval parity."""
 
 from __future__ import annotations
 
@@ -7,9 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from composer.data import Corpus, Document, Hit, Question, QuestionSet, load_corpus, load_questions, load_run
+from composer.data import (
+    Corpus,
+    Document,
+    Hit,
+    Question,
+    QuestionSet,
+    load_corpus,
+    load_questions,
+    load_ranking_file,
+)
 from composer.errors import InputError
-from composer.evaluation import evaluate_run
+from composer.evaluation import evaluate_ranking
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "arcd-sample"
 
@@ -21,7 +30,7 @@ def _questions(*questions: Question) -> QuestionSet:
 def test_ties_are_broken_like_trec_eval() -> None:
     # Equal scores: trec_eval ranks the larger id first, whatever order the run lists them in.
     qs = _questions(Question("q1", "?", relevant_ids=("d2",)))
-    report = evaluate_run(qs, {"q1": [Hit("d1", 1.0), Hit("d2", 1.0), Hit("d0", 3.0)]}, ks=(1, 2))
+    report = evaluate_ranking(qs, {"q1": [Hit("d1", 1.0), Hit("d2", 1.0), Hit("d0", 3.0)]}, ks=(1, 2))
     assert [h.id for h in report.samples[0].retrieved] == ["d0", "d2"]  # cut at the deepest k
     assert report.summary()["metrics"]["mrr@2"] == 0.5
     assert report.summary()["metrics"]["hit_rate@1"] == 0.0
@@ -31,7 +40,7 @@ def test_missing_and_unknown_questions_are_counted(caplog: pytest.LogCaptureFixt
     qs = _questions(Question("q1", "?", relevant_ids=("d1",)), Question("q2", "?", relevant_ids=("d1",)))
     run = {"q1": [Hit("d1", 1.0)], "stray": [Hit("d1", 1.0)], "stray2": []}
     with caplog.at_level(logging.WARNING, logger="composer"):
-        report = evaluate_run(qs, run, ks=(1,))
+        report = evaluate_ranking(qs, run, ks=(1,))
     summary = report.summary()
     assert summary["n_questions"] == 2
     assert summary["metrics"]["hit_rate@1"] == 0.5  # q2 retrieved nothing: 0, not skipped
@@ -44,7 +53,7 @@ def test_missing_and_unknown_questions_are_counted(caplog: pytest.LogCaptureFixt
 
 def test_questions_without_labels_are_skipped_not_zero() -> None:
     qs = _questions(Question("q1", "?", relevant_ids=("d1",)), Question("q2", "?"))
-    report = evaluate_run(qs, {"q1": [Hit("d1", 1.0)], "q2": [Hit("d1", 1.0)]}, ks=(1,), match="document")
+    report = evaluate_ranking(qs, {"q1": [Hit("d1", 1.0)], "q2": [Hit("d1", 1.0)]}, ks=(1,), match="document")
     summary = report.summary()
     assert summary["metrics"]["recall@1"] == 1.0
     assert summary["n_scored"]["recall@1"] == 1
@@ -55,9 +64,9 @@ def test_questions_without_labels_are_skipped_not_zero() -> None:
 
 def test_cutoffs_are_sorted_deduplicated_and_validated() -> None:
     qs = _questions(Question("q1", "?", relevant_ids=("d1",)))
-    assert evaluate_run(qs, {}, ks=(5, 1, 5)).ks == (1, 5)
+    assert evaluate_ranking(qs, {}, ks=(5, 1, 5)).ks == (1, 5)
     with pytest.raises(InputError) as err:
-        evaluate_run(qs, {}, ks=(0, 3))
+        evaluate_ranking(qs, {}, ks=(0, 3))
     assert err.value.field == "k"
 
 
@@ -65,7 +74,7 @@ def test_texts_come_from_the_corpus_and_context_is_measured() -> None:
     corpus = Corpus([Document("d1", "one two three"), Document("d2", "four five")], "mem")
     qs = _questions(Question("q1", "?", relevant_ids=("d1",)))
     run = {"q1": [Hit("d1", 2.0), Hit("d2", 1.0, text="own text"), Hit("d3", 0.5)]}
-    sample = evaluate_run(qs, run, ks=(3,), corpus=corpus).samples[0]
+    sample = evaluate_ranking(qs, run, ks=(3,), corpus=corpus).samples[0]
     assert [h.text for h in sample.retrieved] == ["one two three", "own text", None]
     assert sample.context_tokens == 5
 
@@ -80,7 +89,7 @@ def test_answers_are_scored_counted_or_skipped() -> None:
     corpus = Corpus([Document("d1", "القاهرة هي عاصمة مصر")], "mem")
     run = {q.id: [Hit("d1", 1.0)] for q in qs}
     answers = {"good": "القاهره", "wrong": "الإسكندرية", "empty": "  ", "refused": "لا أعرف"}
-    report = evaluate_run(qs, run, ks=(1,), corpus=corpus, answers=answers)
+    report = evaluate_ranking(qs, run, ks=(1,), corpus=corpus, answers=answers)
     by_id = {s.question_id: s for s in report.samples}
 
     assert by_id["good"].metrics["exact_match"] == 1.0  # normalized: ة and ه fold together
@@ -108,9 +117,9 @@ def test_example_run_matches_trec_eval() -> None:
     pytrec_eval = pytest.importorskip("pytrec_eval")
     corpus = load_corpus(EXAMPLE / "corpus.jsonl")
     questions = load_questions(EXAMPLE / "questions.jsonl", corpus=corpus)
-    run = load_run(EXAMPLE / "bm25-run.jsonl")
+    run = load_ranking_file(EXAMPLE / "bm25-run.jsonl")
     ks = (1, 3, 5, 10)
-    summary = evaluate_run(questions, run, ks=ks, corpus=corpus).summary()["metrics"]
+    summary = evaluate_ranking(questions, run, ks=ks, corpus=corpus).summary()["metrics"]
 
     qrels = {q.id: dict.fromkeys(q.relevant_ids, 1) for q in questions}
     trec_run = {qid: {h.id: h.score for h in hits} for qid, hits in run.items()}

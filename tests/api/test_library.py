@@ -222,16 +222,16 @@ def test_answer_returning_a_non_string_names_the_question(
 def test_runs_configs_and_pipelines_go_through_the_same_path(
     corpus: Corpus, questions: QuestionSet, tmp_path: Path
 ) -> None:
-    from composer.data import load_run
-    from composer.evaluation import evaluate_run
+    from composer.data import load_ranking_file
+    from composer.evaluation import evaluate_ranking
 
     run_file = SAMPLE / "bm25-run.jsonl"
     by_file = composer.evaluate(run_file, questions, corpus, workdir=tmp_path)
-    run = load_run(run_file)
+    run = load_ranking_file(run_file)
     by_mapping = composer.evaluate(
         {qid: [h.id for h in hits] for qid, hits in run.items()}, questions, corpus, workdir=tmp_path
     )
-    reference = evaluate_run(questions, run, corpus=corpus)
+    reference = evaluate_ranking(questions, run, corpus=corpus)
     assert by_file.means()["ndcg@10"] == pytest.approx(reference.means()["ndcg@10"], abs=1e-12)
     assert by_mapping.means()["ndcg@10"] == pytest.approx(reference.means()["ndcg@10"], abs=1e-12)
 

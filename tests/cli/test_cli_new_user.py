@@ -22,10 +22,10 @@ from scripted_llm import ScriptedRAG, kind_of
 from typer.testing import CliRunner
 
 from composer.cli.app import app
-from composer.data import Hit, Question, QuestionSet, load_questions, load_run, read_run
-from composer.data.ranking import ChunkTable, ranking_from_run
+from composer.data import Hit, Question, QuestionSet, load_questions, load_ranking_file, read_ranking_file
+from composer.data.ranking import ChunkTable, ranking_from_hits
 from composer.errors import InputError
-from composer.evaluation import evaluate_run
+from composer.evaluation import evaluate_ranking
 
 # A call the server keeps refusing gives up after its retries at once (Retry-After 10 ms, not the backoff).
 REFUSED = rate_limited(0.01)
@@ -43,12 +43,12 @@ def test_a_rank_only_run_keeps_its_order_and_trec_order_is_kept_for_scored_runs(
     """All scores 0 (a rank-only retriever): re-sorting by id descending put "b" before the relevant "a"."""
     questions = _questions("a", "a")
     rank_only = {"q0": [Hit("a", 0.0), Hit("b", 0.0)], "q1": [Hit("a", 0.0), Hit("b", 0.0)]}
-    assert evaluate_run(questions, rank_only, ks=[1]).means()["hit_rate@1"] == 1.0
+    assert evaluate_ranking(questions, rank_only, ks=[1]).means()["hit_rate@1"] == 1.0
     # trec_eval's order on request: ties by id descending, "b" first
-    assert evaluate_run(questions, rank_only, ks=[1], order="score").means()["hit_rate@1"] == 0.0
+    assert evaluate_ranking(questions, rank_only, ks=[1], order="score").means()["hit_rate@1"] == 0.0
     # a scored run keeps trec_eval's convention: equal top scores ordered by id descending
     scored = {"q0": [Hit("a", 1.0), Hit("b", 1.0), Hit("c", 0.5)], "q1": [Hit("a", 2.0), Hit("b", 1.0)]}
-    assert evaluate_run(questions, scored, ks=[1]).values("hit_rate@1").tolist() == [0.0, 1.0]
+    assert evaluate_ranking(questions, scored, ks=[1]).values("hit_rate@1").tolist() == [0.0, 1.0]
 
 
 def test_a_re_sort_that_moves_items_is_said_with_the_count_and_the_way_out(
@@ -61,21 +61,21 @@ def test_a_re_sort_that_moves_items_is_said_with_the_count_and_the_way_out(
         "q2": [Hit("a", 0.0), Hit("b", 0.0)],  # rank-only: kept
     }
     with caplog.at_level(logging.WARNING, logger="composer"):
-        report = evaluate_run(questions, run, ks=[1])
+        report = evaluate_ranking(questions, run, ks=[1])
     assert report.values("hit_rate@1").tolist() == [0.0, 1.0, 1.0]
     warned = [r.getMessage() for r in caplog.records if "re-sorted by score" in r.getMessage()]
     assert len(warned) == 1 and warned[0].startswith("1 of 3 questions re-sorted by score")
     assert "--order given" in warned[0]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="composer"):
-        given = evaluate_run(questions, run, ks=[1], order="given")
+        given = evaluate_ranking(questions, run, ks=[1], order="given")
     assert given.values("hit_rate@1").tolist() == [1.0, 1.0, 1.0]
     assert not [r for r in caplog.records if "re-sorted" in r.getMessage()]
 
 
 def test_the_ranking_keeps_scores_with_their_items_in_the_given_order() -> None:
     table = ChunkTable(("a", "b", "c"), ("a", "b", "c"), ("", "", ""))
-    ranking = ranking_from_run({"q": [Hit("a", 0.0), Hit("c", 0.0)]}, ["q"], table)
+    ranking = ranking_from_hits({"q": [Hit("a", 0.0), Hit("c", 0.0)]}, ["q"], table)
     assert [h.id for h in ranking.hits(0)] == ["a", "c"]
 
 
@@ -84,16 +84,16 @@ def test_a_json_run_may_leave_scores_out_and_give_answers(tmp_path: Path) -> Non
     lines = [{"id": "q1", "results": [{"id": "d2"}, {"id": "d1"}], "answer": "yes"},
              {"id": "q2", "results": [{"id": "d1", "score": 3}]}]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-    given = read_run(path)
+    given = read_ranking_file(path)
     assert [h.id for h in given.hits["q1"]] == ["d2", "d1"] and given.answers == {"q1": "yes"}
-    assert load_run(path) == given.hits
+    assert load_ranking_file(path) == given.hits
     path.write_text(json.dumps({"id": "q1", "results": [{"id": "d1"}], "answer": 5}) + "\n", encoding="utf-8")
     with pytest.raises(InputError, match="answer must be a string"):
-        read_run(path)
+        read_ranking_file(path)
     path.write_text(json.dumps({"id": "q1", "results": [{"id": "d1", "score": 1}, {"id": "d2"}]}) + "\n",
                     encoding="utf-8")
     with pytest.raises(InputError, match="give a score for every result of a question, or for none"):
-        read_run(path)
+        read_ranking_file(path)
 
 
 def _example_run(tmp_path: Path, n: int, *, answers: bool) -> tuple[Path, Path, dict[str, str]]:

@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from composer.data import Corpus, Document, load_corpus, load_questions, load_run
+from composer.data import Corpus, Document, load_corpus, load_questions, load_ranking_file
 from composer.errors import InputError
 
 
@@ -202,7 +202,7 @@ def test_undecodable_bytes_in_every_text_source(tmp_path: Path) -> None:
     (folder / "bad.md").write_bytes(b"line one\nline two \x80\n")
     _located(_error(load_corpus, folder), folder / "bad.md", 2)
     (tmp_path / "run.trec").write_bytes(b"q1 Q0 d\xe9 1 1.0 x\n")
-    _located(_error(load_run, tmp_path / "run.trec"), tmp_path / "run.trec", 1)
+    _located(_error(load_ranking_file, tmp_path / "run.trec"), tmp_path / "run.trec", 1)
 
 
 # -- invalid text: lone surrogates ----------------------------------------------------------------------
@@ -250,7 +250,7 @@ def test_a_lone_surrogate_from_memory_a_json_array_or_a_run_is_refused(tmp_path:
     _located(_error(load_questions, path), path, 5, "question")
     run = tmp_path / "run.jsonl"
     run.write_text(json.dumps({"id": "q1", "results": [{"id": "d1", "score": 1.0, "text": "x\udc80"}]}))
-    assert "U+DC80 at character 2" in _located(_error(load_run, run), run, 1, "results[0].text")
+    assert "U+DC80 at character 2" in _located(_error(load_ranking_file, run), run, 1, "results[0].text")
 
 
 def test_valid_astral_characters_and_escaped_pairs_load(tmp_path: Path) -> None:
@@ -290,9 +290,9 @@ def test_files_without_records(tmp_path: Path) -> None:
     )
     run = tmp_path / "run.trec"
     run.write_text("\n", encoding="utf-8")
-    assert _located(_error(load_run, run), run, None) == "file is empty"
+    assert _located(_error(load_ranking_file, run), run, None) == "file is empty"
     run.write_text("[]", encoding="utf-8")
-    assert _located(_error(load_run, run), run, None) == "no records found"
+    assert _located(_error(load_ranking_file, run), run, None) == "no records found"
 
 
 def test_empty_folder_corpus(tmp_path: Path) -> None:
@@ -322,7 +322,7 @@ def test_unknown_extension_lists_supported_ones(tmp_path: Path, name: str) -> No
 def test_missing_file_and_wrong_source_type(tmp_path: Path) -> None:
     missing = tmp_path / "nope.jsonl"
     assert _located(_error(load_questions, missing), missing, None) == "file not found"
-    assert _located(_error(load_run, missing), missing, None) == "file not found"
+    assert _located(_error(load_ranking_file, missing), missing, None) == "file not found"
     assert (
         _located(_error(load_questions, tmp_path / "dir.csv"), tmp_path / "dir.csv", None) == "file not found"
     )
@@ -355,14 +355,16 @@ def test_bad_csv_shape(tmp_path: Path) -> None:
 def test_bad_trec_lines(tmp_path: Path) -> None:
     path = tmp_path / "run.trec"
     path.write_text("q1 Q0 d1 1 1.5 tag\nq1 d2 2 1.0 tag\n", encoding="utf-8")
-    message = _located(_error(load_run, path), path, 2)
+    message = _located(_error(load_ranking_file, path), path, 2)
     assert message == "expected 6 whitespace-separated fields 'qid Q0 docid rank score tag', got 5"
     path.write_text("q1 Q0 d1 1 1.5 tag\n\nq1 Q0 d2 2 high tag\n", encoding="utf-8")
-    assert _located(_error(load_run, path), path, 3, "score") == "score must be a finite number, got 'high'"
+    message = _located(_error(load_ranking_file, path), path, 3, "score")
+    assert message == "score must be a finite number, got 'high'"
     path.write_text("q1 Q0 d1 1 nan tag\n", encoding="utf-8")
-    _located(_error(load_run, path), path, 1, "score")
+    _located(_error(load_ranking_file, path), path, 1, "score")
     path.write_text("q1 Q0 d1 first 1.0 tag\n", encoding="utf-8")
-    assert _located(_error(load_run, path), path, 1, "rank") == "rank must be an integer, got 'first'"
+    message = _located(_error(load_ranking_file, path), path, 1, "rank")
+    assert message == "rank must be an integer, got 'first'"
 
 
 def test_bad_jsonl_runs(tmp_path: Path) -> None:
@@ -384,6 +386,6 @@ def test_bad_jsonl_runs(tmp_path: Path) -> None:
     ]
     for bad, field, text in cases:
         _jsonl(path, [ok, bad])
-        assert text in _located(_error(load_run, path), path, 2, field)
+        assert text in _located(_error(load_ranking_file, path), path, 2, field)
     path.write_text(json.dumps(ok) + "\n{oops\n", encoding="utf-8")
-    assert "invalid JSON" in _located(_error(load_run, path), path, 2)
+    assert "invalid JSON" in _located(_error(load_ranking_file, path), path, 2)

@@ -19,7 +19,7 @@ from composer.data import (
     Question,
     load_corpus,
     load_questions,
-    load_run,
+    load_ranking_file,
     unknown_relevant_ids,
 )
 from composer.data.readers import read_records
@@ -316,7 +316,7 @@ def test_jsonl_run_keeps_file_order(tmp_path: Path) -> None:
         {"id": "q3", "results": []},
     ]
     path.write_text("\n".join(json.dumps(line) for line in lines), encoding="utf-8")
-    run = load_run(path)
+    run = load_ranking_file(path)
     assert run == {
         "q1": [Hit("d2", 0.5), Hit("d1", 0.9, "t")],
         "2": [Hit("d1#0", 3.0, None, "d1")],
@@ -324,20 +324,20 @@ def test_jsonl_run_keeps_file_order(tmp_path: Path) -> None:
     }
     array = tmp_path / "run.json"
     array.write_text(json.dumps(lines, indent=1), encoding="utf-8")
-    assert load_run(array) == run
+    assert load_ranking_file(array) == run
 
 
 @pytest.mark.parametrize("name", ["run.trec", "run.txt", "run.run", "run"])
 def test_trec_run(tmp_path: Path, name: str) -> None:
     path = tmp_path / name
     path.write_text("q1 Q0 d3 1 2.5 bm25\nq2 Q0 d1 1 7 bm25\n\nq1  Q0\td1 2 -1.5e-1 bm25\n", encoding="utf-8")
-    assert load_run(path) == {"q1": [Hit("d3", 2.5), Hit("d1", -0.15)], "q2": [Hit("d1", 7.0)]}
+    assert load_ranking_file(path) == {"q1": [Hit("d3", 2.5), Hit("d1", -0.15)], "q2": [Hit("d1", 7.0)]}
 
 
 def test_run_format_can_be_forced(tmp_path: Path) -> None:
     path = tmp_path / "run.txt"
     path.write_text('{"id": "q1", "results": [{"id": "d1", "score": 1}]}\n', encoding="utf-8")
-    assert load_run(path, fmt="jsonl") == {"q1": [Hit("d1", 1.0)]}
+    assert load_ranking_file(path, fmt="jsonl") == {"q1": [Hit("d1", 1.0)]}
 
 
 # -- the shared datasets -------------------------------------------------------------------------------

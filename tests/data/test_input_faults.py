@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 import composer
 from composer.cli.app import app
-from composer.data import Corpus, load_corpus, load_questions, load_run
+from composer.data import Corpus, load_corpus, load_questions, load_ranking_file
 from composer.data import readers as readers_module
 from composer.errors import InputError
 
@@ -235,7 +235,7 @@ def test_devices_and_fifos_are_refused_for_every_input_file(tmp_path: Path, boun
     fifo = tmp_path / "pipe.jsonl"
     os.mkfifo(fifo)
     device = f"expected a file, got a character device, a link to {os.path.realpath('/dev/zero')}"
-    for load in (load_questions, load_corpus, load_run):
+    for load in (load_questions, load_corpus, load_ranking_file):
         with pytest.raises(InputError) as err:
             load(zero)
         assert (err.value.path, err.value.message) == (str(zero), device)
@@ -245,7 +245,7 @@ def test_devices_and_fifos_are_refused_for_every_input_file(tmp_path: Path, boun
     for name in ("doc.md", "table.csv", "run.trec"):  # a document file named alone, other readers
         (tmp_path / name).symlink_to("/dev/zero")
         with pytest.raises(InputError, match="got a character device"):
-            (load_run if name.endswith(".trec") else load_corpus)(tmp_path / name)
+            (load_ranking_file if name.endswith(".trec") else load_corpus)(tmp_path / name)
     result = _index(tmp_path, zero)
     assert result.exit_code == 2, result.output
     assert result.stderr.strip() == f"error: {zero}: {device}"
@@ -353,7 +353,7 @@ def test_nfd_ids_match_an_nfc_corpus(tmp_path: Path) -> None:
     assert [q.relevant_ids for q in loaded] == [(NFC,), ("d2",)] and loaded.questions[1].id == NFC + "-q"
     trec = tmp_path / "run.trec"
     trec.write_text(f"q1 Q0 {NFD} 1 2.0 sys\n{NFD}-q Q0 d2 1 2.0 sys\n", encoding="utf-8")
-    assert [h.id for h in load_run(trec)["q1"]] == [NFC] and NFC + "-q" in load_run(trec)
+    assert [h.id for h in load_ranking_file(trec)["q1"]] == [NFC] and NFC + "-q" in load_ranking_file(trec)
 
 
 

@@ -29,7 +29,7 @@ from fake_llm_server import (
 )
 
 from composer.errors import ConfigError
-from composer.llm import LLMCache, LLMClient, LLMConfig, TokenPrice, judge_config, scrub, track_usage
+from composer.llm import LLMCache, LLMClient, LLMConfig, TokenPrice, helper_config, scrub, track_usage
 from composer.llm.faults import classify, retry_after
 
 KEY_ENV = "COMPOSER_TEST_LLM_KEY"
@@ -365,15 +365,15 @@ def test_judge_config_inherits_and_pins_temperature() -> None:
     llm = LLMConfig(
         model="openai/gen", api_base="http://127.0.0.1:1/v1", api_key_env=KEY_ENV, temperature=0.7
     )
-    same = judge_config(llm)
+    same = helper_config(llm)
     assert same is not None and same.model == "openai/gen" and same.temperature == 0.0
-    sibling = judge_config(llm, "openai/judge")
+    sibling = helper_config(llm, "openai/judge")
     assert sibling is not None and sibling.api_base == llm.api_base and sibling.model == "openai/judge"
-    other = judge_config(llm, "anthropic/claude-x")
+    other = helper_config(llm, "anthropic/claude-x")
     assert other is not None and other.api_base is None and other.api_key_env is None
     assert other.timeout == llm.timeout
-    assert judge_config(None, None) is None
-    explicit = judge_config(None, LLMConfig(model="openai/j", temperature=1.0))
+    assert helper_config(None, None) is None
+    explicit = helper_config(None, LLMConfig(model="openai/j", temperature=1.0))
     assert explicit is not None and explicit.temperature == 0.0
 
 

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from composer.data.ranking import Ranking, ranking_from_run
+from composer.data.ranking import Ranking, ranking_from_hits
 from composer.data.types import Corpus, Document, Hit, Question
-from composer.evaluation.runs import run_table
-from composer.metrics.matching import JudgedRanking, chunk_parent, default_match_mode, judge, judge_ranking
+from composer.evaluation.given import hits_table
+from composer.metrics.matching import (
+    MatchedRanking,
+    chunk_parent,
+    default_match_mode,
+    match_hits,
+    match_ranking,
+)
 from composer.metrics.retrieval import mrr, recall, relevance
 from composer.metrics.textmatch import contains_answer, matches_context
 
@@ -30,10 +36,10 @@ def ranked(hits: list[Hit], corpus: Corpus | None = None) -> Ranking:
     """One question's hits as the Ranking every run is scored from (trec order, documents resolved; all
     ties too, which a run left to itself would keep in the order given)."""
     run = {"q1": hits}
-    return ranking_from_run(run, ["q1"], run_table(run, corpus), order="score")
+    return ranking_from_hits(run, ["q1"], hits_table(run, corpus), order="score")
 
 
-def score(name: str, judged: JudgedRanking, k: int) -> float:
+def score(name: str, judged: MatchedRanking, k: int) -> float:
     matrix, counts = relevance([judged.ranked], [judged.relevant])
     return float({"mrr": mrr, "recall": recall}[name](matrix, counts, k)[0])
 
@@ -56,7 +62,7 @@ def test_rankings_compare_ids_by_code_point_like_strcmp() -> None:
 
 def test_document_mode_collapses_chunks_to_the_best_rank() -> None:
     hits = [Hit("d1#0", 0.9), Hit("d2#1", 0.8), Hit("d1#3", 0.7), Hit("d3#0", 0.6)]
-    judged = judge_ranking([q(relevant_ids=("d3",))], ranked(hits), "document")
+    judged = match_ranking([q(relevant_ids=("d3",))], ranked(hits), "document")
     assert judged.relevant.tolist() == [[False, False, True, False]]  # d1, d2, d3, then padding
     assert judged.n_relevant.tolist() == [1] and judged.labelled.tolist() == [True]
     assert mrr(judged.relevant, judged.n_relevant, 3).tolist() == pytest.approx([1 / 3])  # rank 4 moved up
@@ -72,7 +78,7 @@ def test_document_of_a_hit_prefers_doc_id_then_corpus_id_then_chunk_prefix() -> 
     table = ranked(hits, CORPUS).table
     assert [table[h.id][0] for h in hits] == ["d2", "notes#2", "d3", "https://site/page#intro"]
     for label, rank in (("d2", 0), ("notes#2", 1), ("d3", 2), ("https://site/page#intro", 3)):
-        judged = judge_ranking([q(relevant_ids=(label,))], ranked(hits, CORPUS), "document")
+        judged = match_ranking([q(relevant_ids=(label,))], ranked(hits, CORPUS), "document")
         assert judged.relevant[0].tolist().index(True) == rank
 
 
@@ -86,16 +92,16 @@ def test_chunk_parent_only_strips_a_numeric_suffix() -> None:
 
 def test_unlabelled_questions_are_not_judged() -> None:
     hits = [Hit("d1", 1.0)]
-    assert judge_ranking([q()], ranked(hits), "document").labelled.tolist() == [False]
-    assert judge_ranking([q()], ranked(hits), "chunk").labelled.tolist() == [False]
-    assert judge(q(relevant_ids=("d1",)), hits, "answer") is None  # no gold answer
-    assert judge(q(answers=("صحفي",)), hits, "context") is None  # no context, no ids
-    assert judge_ranking([q(answers=("صحفي",))], ranked(hits), "context").labelled.tolist() == [False]
+    assert match_ranking([q()], ranked(hits), "document").labelled.tolist() == [False]
+    assert match_ranking([q()], ranked(hits), "chunk").labelled.tolist() == [False]
+    assert match_hits(q(relevant_ids=("d1",)), hits, "answer") is None  # no gold answer
+    assert match_hits(q(answers=("صحفي",)), hits, "context") is None  # no context, no ids
+    assert match_ranking([q(answers=("صحفي",))], ranked(hits), "context").labelled.tolist() == [False]
 
 
 def test_unknown_mode_is_rejected() -> None:
     with pytest.raises(ValueError, match="unknown match mode"):
-        judge_ranking([q(relevant_ids=("d1",))], ranked([]), "passage")  # type: ignore[arg-type]
+        match_ranking([q(relevant_ids=("d1",))], ranked([]), "passage")  # type: ignore[arg-type]
 
 
 # chunk mode ----------------------------------------------------------------------------------------------
@@ -103,7 +109,7 @@ def test_unknown_mode_is_rejected() -> None:
 
 def test_chunk_mode_keeps_chunk_ids_and_drops_repeats() -> None:
     hits = [Hit("d1#0", 0.9), Hit("d1#0", 0.5), Hit("d1#1", 0.4)]
-    judged = judge_ranking([q(relevant_ids=("d1#1",))], ranked(hits), "chunk")
+    judged = match_ranking([q(relevant_ids=("d1#1",))], ranked(hits), "chunk")
     assert judged.relevant.tolist() == [[False, True, False]]  # the repeat dropped, d1#1 moves up
     assert mrr(judged.relevant, judged.n_relevant, 5).tolist() == [0.5]
 
@@ -122,7 +128,7 @@ UNIVERSE = {
 def test_answer_mode_counts_answer_bearing_chunks_of_relevant_documents() -> None:
     question = q(relevant_ids=("d1",), reference_answer="صحفي وإعلامي")
     hits = [Hit("d3#0", 0.9), Hit("d1#1", 0.8)]  # d3#0 holds the answer but belongs to another document
-    judged = judge(question, hits, "answer", universe=UNIVERSE)
+    judged = match_hits(question, hits, "answer", universe=UNIVERSE)
     assert judged is not None
     assert judged.ranked == ["d3#0", "d1#1"]
     assert judged.relevant == frozenset({"d1#0"})  # known from the universe though not retrieved
@@ -131,7 +137,7 @@ def test_answer_mode_counts_answer_bearing_chunks_of_relevant_documents() -> Non
 
 def test_answer_mode_without_labels_accepts_any_document() -> None:
     question = q(reference_answer="صحفي وإعلامي")
-    judged = judge(question, [Hit("d3#0", 0.9), Hit("d1#1", 0.8)], "answer", universe=UNIVERSE)
+    judged = match_hits(question, [Hit("d3#0", 0.9), Hit("d1#1", 0.8)], "answer", universe=UNIVERSE)
     assert judged is not None
     assert judged.relevant == frozenset({"d1#0", "d3#0"})
     assert score("mrr", judged, 10) == 1.0
@@ -141,14 +147,14 @@ def test_answer_mode_without_labels_accepts_any_document() -> None:
 def test_answer_mode_reads_hit_text_first_and_folds_spelling() -> None:
     question = q(answers=("أحمد",))
     hits = [Hit("x#0", 0.9, text="قال احْمَد ذلك"), Hit("x#1", 0.8, text="قال محمود ذلك")]
-    judged = judge(question, hits, "answer")
+    judged = match_hits(question, hits, "answer")
     assert judged is not None
     assert judged.relevant == frozenset({"x#0"})  # no universe, no corpus: the retrieved items only
 
 
 def test_answer_mode_over_documents_uses_the_corpus_as_collection() -> None:
     question = q(reference_answer="صحفي وإعلامي")
-    judged = judge(question, [Hit("d2", 0.9), Hit("d3", 0.5)], "answer", corpus=CORPUS)
+    judged = match_hits(question, [Hit("d2", 0.9), Hit("d3", 0.5)], "answer", corpus=CORPUS)
     assert judged is not None
     assert judged.relevant == frozenset({"d1", "d3"})
     assert score("recall", judged, 2) == 0.5
@@ -156,7 +162,7 @@ def test_answer_mode_over_documents_uses_the_corpus_as_collection() -> None:
 
 def test_answer_mode_judges_a_textless_chunk_by_its_document() -> None:
     question = q(relevant_ids=("d1",), reference_answer="1958")
-    judged = judge(question, [Hit("d1#5", 0.9)], "answer", corpus=CORPUS)
+    judged = match_hits(question, [Hit("d1#5", 0.9)], "answer", corpus=CORPUS)
     assert judged is not None
     assert judged.relevant == frozenset({"d1#5"})
 
@@ -197,7 +203,7 @@ def test_context_mode_gives_each_gold_context_one_key() -> None:
         Hit("c2", 0.7, text=GOLD),  # the same gold context again: collapsed
         Hit("c3", 0.6, text="المسجد النبوي في المدينة المنورة"),
     ]
-    judged = judge(question, hits, "context")
+    judged = match_hits(question, hits, "context")
     assert judged is not None
     assert judged.ranked == ["c9", "ctx:0", "ctx:1"]
     assert judged.scores == [0.9, 0.8, 0.6]
@@ -208,14 +214,14 @@ def test_context_mode_gives_each_gold_context_one_key() -> None:
 def test_context_mode_id_match_stands_for_the_first_context_not_yet_found() -> None:
     question = q(relevant_ids=("c7",), context=(GOLD, "نص ذهبي آخر تماما"))
     hits = [Hit("c1", 0.9, text=GOLD), Hit("c7", 0.8, text="نص مختلف"), Hit("c8", 0.7, text="غير ذي صلة")]
-    judged = judge(question, hits, "context")
+    judged = match_hits(question, hits, "context")
     assert judged is not None
     assert judged.ranked == ["ctx:0", "ctx:1", "c8"]
     assert score("recall", judged, 2) == 1.0
 
 
 def test_context_mode_with_ids_only_judges_like_chunk_mode() -> None:
-    judged = judge(q(relevant_ids=("c2",)), [Hit("c1", 0.9), Hit("c2", 0.8)], "context")
+    judged = match_hits(q(relevant_ids=("c2",)), [Hit("c1", 0.9), Hit("c2", 0.8)], "context")
     assert judged is not None
     assert judged.ranked == ["c1", "c2"]
     assert judged.relevant == frozenset({"c2"})
@@ -223,7 +229,7 @@ def test_context_mode_with_ids_only_judges_like_chunk_mode() -> None:
 
 def test_context_mode_reads_text_from_the_universe() -> None:
     question = q(context=("المدينة المنورة مدينة في الحجاز",))
-    judged = judge(question, [Hit("d2#0", 0.5)], "context", universe=UNIVERSE)
+    judged = match_hits(question, [Hit("d2#0", 0.5)], "context", universe=UNIVERSE)
     assert judged is not None
     assert judged.ranked == ["ctx:0"]
 

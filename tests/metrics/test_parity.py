@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from composer.data.types import Hit, Question, QuestionSet
-from composer.evaluation import evaluate_run
+from composer.evaluation import evaluate_ranking
 from composer.metrics.matching import MatchMode
 from composer.metrics.retrieval import RETRIEVAL_METRICS, metric_key
 from composer.metrics.textmatch import contains_answer
@@ -162,9 +162,9 @@ def _questions(mode: MatchMode) -> list[Question]:
 
 
 def ours(run: Run, level: str, mode: MatchMode) -> Scores:
-    """Per-question scores through ``evaluate_run``: the path every run and trial is scored by."""
+    """Per-question scores through ``evaluate_ranking``: the path every run and trial is scored by."""
     questions = QuestionSet([q for q in _questions(mode) if q.id in run])
-    report = evaluate_run(questions, run, ks=KS, match=mode)
+    report = evaluate_ranking(questions, run, ks=KS, match=mode)
     wanted = {metric_key(name, k) for name in RETRIEVAL_METRICS for k in KS}
     out: Scores = {}
     for sample in report.samples:

@@ -71,7 +71,7 @@ def test_answers_come_from_the_generator_when_a_model_is_set(
     llm = make(fake_llm, tmp_path, corpus, retrieval={"mode": "bm25", "k": 8},
                generation={"model": "openai/fake", "temperature": 0.7, "max_contexts": 3})
     ranking, _ = llm.rank(questions)
-    run = ranking.to_run()
+    run = ranking.to_hit_lists()
     answers = llm.answer(questions, ranking)
     assert [answers[q.id].text for q in questions] == [f"{q.gold_answers[0]} بحسب السياق" for q in questions]
     assert all(a.result is not None and a.result.prompt_tokens > 0 for a in answers.values())
@@ -111,7 +111,7 @@ def test_multi_query_searches_every_paraphrase_and_fuses_them_by_rrf(
     expanded = make(fake_llm, tmp_path, corpus, query_expansion={"method": "multi_query", "n": 2},
                     generation={"model": "openai/fake", "temperature": 0.9})
     ranking, latency = expanded.rank(questions)
-    run = ranking.to_run()
+    run = ranking.to_hit_lists()
     assert route(fake_llm).count("multi_query") == N_QUESTIONS
     assert all(r.body["temperature"] == 0.0 for r in fake_llm.received)  # expansion is cache-friendly
     assert (latency["expand"] > 0).all()

@@ -25,13 +25,14 @@ from scripted_llm import ScriptedRAG, kind_of
 from typer.testing import CliRunner
 
 from composer.cli.app import app
-from composer.data import load_corpus, load_questions, load_run
+from composer.data import load_corpus, load_questions, load_ranking_file
 from composer.data.types import QuestionSet
 from composer.errors import ComposerError
+from composer.evaluation.given import evaluate_ranking
 from composer.evaluation.report import EvaluationReport
-from composer.evaluation.runs import evaluate_run
-from composer.evaluation.scoring import BatchHook, RankingPipeline, Scored, StageHook
+from composer.evaluation.scoring import BatchHook, RankingPipeline, Scored
 from composer.generation import REFUSALS
+from composer.index.bm25 import Progress
 from composer.objective import Objective, ObjectiveConfig
 from composer.study._compat import ATTR, check_unchanged
 from composer.study.data import StudyData
@@ -104,7 +105,7 @@ def test_the_held_out_verdict_reads_the_held_out_scores(
 
     def rescoring_as_a_then_b(self: StudyData, pipeline: RankingPipeline, questions: QuestionSet, *,
                               batch_size: int | None = None, on_batch: BatchHook | None = None,
-                              on_stage: StageHook | None = None,
+                              on_stage: Progress | None = None,
                               on_failure: Callable[[Scored], None] | None = None) -> Scored:
         scored = score(self, pipeline, questions, batch_size=batch_size, on_batch=on_batch, on_stage=on_stage,
                        on_failure=on_failure)
@@ -151,12 +152,12 @@ def test_a_refusing_system_scores_below_an_answering_one_without_a_judge() -> No
     Left out of the means, the refusals made the refuser's F1 1.0 against 0.6."""
     questions = sample_questions()
     corpus = load_corpus(SAMPLE / "corpus.jsonl")
-    run = load_run(SAMPLE / "bm25-run.jsonl")
+    run = load_ranking_file(SAMPLE / "bm25-run.jsonl")
     items = list(questions)
     answering = {q.id: q.gold_answers[0] if i < 6 else WRONG for i, q in enumerate(items)}
     refusing = {q.id: q.gold_answers[0] if i < ANSWERED_BY_THE_REFUSER else REFUSALS["ar"]
                 for i, q in enumerate(items)}
-    reports = {name: evaluate_run(questions, run, ks=(5,), corpus=corpus, answers=answers)
+    reports = {name: evaluate_ranking(questions, run, ks=(5,), corpus=corpus, answers=answers)
                for name, answers in (("answering", answering), ("refusing", refusing))}
     summaries = {name: report.summary() for name, report in reports.items()}
     answer_metrics = summaries["answering"]["metrics"]

@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 
 from composer.cli.app import app
 from composer.data.types import QuestionSet
-from composer.evaluation.scoring import BatchHook, RankingPipeline, Scored, StageHook
+from composer.evaluation.scoring import BatchHook, RankingPipeline, Scored
+from composer.index.bm25 import Progress
 from composer.judges import FailureBudgetExceeded
 from composer.llm import Usage
 from composer.llm.usage import active_trackers
@@ -108,7 +109,7 @@ def test_a_failed_held_out_rescore_is_reported_and_the_study_finishes(
 
     def spending_or_failing(self: StudyData, pipeline: RankingPipeline, questions: QuestionSet, *,
                             batch_size: int | None = None, on_batch: BatchHook | None = None,
-                            on_stage: StageHook | None = None,
+                            on_stage: Progress | None = None,
                             on_failure: Callable[[Scored], None] | None = None) -> Scored:
         if on_batch is None:  # a held-out re-score: the winner's, then the runner-up's
             rescored.append(1)

@@ -11,8 +11,8 @@ import optuna
 import pytest
 from ended_trials import ended_trial
 
-from composer.data.ranking import ChunkTable, Ranking, ranking_from_run
-from composer.data.types import Corpus, Document, Hit, Question, QuestionSet, Run
+from composer.data.ranking import ChunkTable, Ranking, ranking_from_hits
+from composer.data.types import Corpus, Document, Hit, HitLists, Question, QuestionSet
 from composer.evaluation.report import StageError
 from composer.evaluation.scoring import score_pipeline
 from composer.generation import Answer, answer_questions, contexts_for
@@ -66,13 +66,13 @@ class ScriptedPipeline:
 
     def rank(self, questions: Sequence[Question]) -> tuple[Ranking, dict[str, np.ndarray]]:
         self.calls.append(len(questions))
-        run: Run = {}
+        run: HitLists = {}
         for q in questions:
             target = q.relevant_ids[0]
             ids = [target] if self.good else []
             ids += [d.id for d in CORPUS if d.id != target][: self.config.retrieval.k - len(ids)]
             run[q.id] = [Hit(i, 1.0 - r / 10) for r, i in enumerate(ids)]
-        ranking = ranking_from_run(run, [q.id for q in questions], TABLE)
+        ranking = ranking_from_hits(run, [q.id for q in questions], TABLE)
         return ranking, {"retrieve": np.full(len(questions), 0.001), "rerank": np.zeros(len(questions))}
 
     def answer(

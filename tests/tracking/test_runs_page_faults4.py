@@ -11,7 +11,7 @@ from pathlib import Path
 from ended_trials import ended_trial
 from writer_logs import runs_by_trial
 
-from composer.tracking.experiment import PRIMARY_METRIC_TAG, VIEW_TAG
+from composer.tracking.setup import PRIMARY_METRIC_TAG, VIEW_TAG
 from composer.tracking.traces import PREVIEW_CHARS, preview
 from composer.tracking.trial_run import RunWriter
 

@@ -1,8 +1,8 @@
-"""Runs of any system (hit lists, and answers where it gave them) scored against a question set: the core
-of ``composer eval --run`` and of ``composer.evaluate`` on a run.
+"""Rankings given by any system (hit lists, and answers where it gave them) scored against a question set:
+the core of ``composer eval --run`` and of ``composer.evaluate`` on a ranking file.
 
-``evaluate_run`` scores a run in one batch with ``columns.score_ranking``; with a judge, the run is wrapped
-as a ``GivenRun`` (its hits the ranking, its answers the answers) and goes through
+``evaluate_ranking`` scores the hit lists in one batch with ``columns.score_ranking``; with a judge, they
+are wrapped as a ``GivenRanking`` (its hits the ranking, its answers the answers) and go through
 ``scoring.score_pipeline``, the one scoring path of every pipeline and trial, so the judges, failure
 budget, error rates and LLM usage are the same.
 """
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from composer.data.ranking import ChunkTable, Ranking, RunOrder, ranking_from_run
-from composer.data.types import Corpus, Question, QuestionSet, Run
+from composer.data.ranking import ChunkTable, HitOrder, Ranking, ranking_from_hits
+from composer.data.types import Corpus, HitLists, Question, QuestionSet
 from composer.evaluation.columns import check_ks, score_ranking
 from composer.evaluation.report import EvaluationReport, StageError
 from composer.generation import Answer
@@ -32,9 +32,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def evaluate_run(
+def evaluate_ranking(
     questions: QuestionSet,
-    run: Run,
+    hits: HitLists,
     *,
     ks: Sequence[int] = (1, 3, 5, 10),
     match: MatchMode | None = None,
@@ -42,14 +42,14 @@ def evaluate_run(
     answers: Mapping[str, str] | None = None,
     scorers: Sequence[AnswerScorer] | None = None,
     meta: Mapping[str, object] | None = None,
-    order: RunOrder = "auto",
+    order: HitOrder = "auto",
     judging: Judging | None = None,
 ) -> EvaluationReport:
-    """Score every question of ``questions`` on the hits ``run`` retrieved for it.
+    """Score every question of ``questions`` on the hits ``hits`` retrieved for it.
 
     A scored run is re-sorted the way trec_eval does (score desc, ties by id desc) so numbers match it; a
     question whose hits all score alike (a rank-only system) keeps the run's order (``order``: see
-    ``RunOrder``).
+    ``HitOrder``).
     Questions the run lacks retrieved nothing and score 0; run entries for unknown questions are ignored
     and counted. Questions without labels are skipped and counted, never averaged in as 0.
     With ``answers``, the deterministic answer scorers (or ``scorers``) grade each answer against the gold
@@ -59,23 +59,23 @@ def evaluate_run(
     cutoffs = check_ks(ks)
     mode: MatchMode = match or default_match_mode(questions, corpus)
     known = {q.id for q in questions}
-    ignored = sum(qid not in known for qid in run)
-    missing = sum(q.id not in run for q in questions)
+    ignored = sum(qid not in known for qid in hits)
+    missing = sum(q.id not in hits for q in questions)
     if ignored:
         logger.warning("%d questions in the run are not in the question set: ignored", ignored)
     if missing:
         logger.warning("%d questions are missing from the run: scored as retrieving nothing", missing)
     items = list(questions)
-    table_of_items = run_table(run, corpus)
+    table_of_items = hits_table(hits, corpus)
     if judging is not None:
         from composer.evaluation.scoring import score_pipeline
 
-        given = GivenRun(run, answers or {}, table_of_items, order)
+        given = GivenRanking(hits, answers or {}, table_of_items, order)
         scored = score_pipeline(given, questions, corpus if corpus is not None else Corpus([], "<none>"),
                                 judging=judging, ks=cutoffs, match=mode, batch_size=max(len(items), 1))
         return scored.report.with_meta({"run_questions_ignored": ignored,
                                         "questions_missing_from_run": missing, **(meta or {})})
-    ranking = ranking_from_run(run, [q.id for q in items], table_of_items, order=order)
+    ranking = ranking_from_hits(hits, [q.id for q in items], table_of_items, order=order)
     table = score_ranking(
         items, ranking, ks=cutoffs, mode=mode, corpus=corpus, answers=answers, scorers=scorers
     )
@@ -91,11 +91,11 @@ def evaluate_run(
     return EvaluationReport(table, cutoffs, mode, info)
 
 
-def run_table(run: Run, corpus: Corpus | None) -> ChunkTable:
-    """The distinct items of an external run, with their documents and texts (the hit's own text, else the
+def hits_table(lists: HitLists, corpus: Corpus | None) -> ChunkTable:
+    """The distinct items of a ranking file, with their documents and texts (the hit's own text, else the
     corpus's when the item is a document)."""
     first: dict[str, tuple[str, str]] = {}
-    for hits in run.values():
+    for hits in lists.values():
         for h in hits:
             if h.id not in first or (not first[h.id][1] and h.text):
                 text = h.text
@@ -109,13 +109,14 @@ NO_ANSWER = "the run gives no answer for this question"
 
 
 @dataclass
-class GivenRun:
-    """A run file as a pipeline that has already ranked and answered: nothing to index, no LLM of its own."""
+class GivenRanking:
+    """A ranking file as a pipeline that has already ranked and answered: nothing to index, no LLM of its
+    own."""
 
-    run: Run
+    hits: HitLists
     answers: Mapping[str, str]
     table: ChunkTable
-    order: RunOrder = "auto"
+    order: HitOrder = "auto"
     searched: float = 0.0
     failed: dict[str, StageError] = field(default_factory=dict)
     answerer: str = "run"
@@ -130,7 +131,7 @@ class GivenRun:
         return self.table
 
     def rank(self, questions: Sequence[Question]) -> tuple[Ranking, dict[str, np.ndarray]]:
-        return ranking_from_run(self.run, [q.id for q in questions], self.table, order=self.order), {}
+        return ranking_from_hits(self.hits, [q.id for q in questions], self.table, order=self.order), {}
 
     def answer(
         self,

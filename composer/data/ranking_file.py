@@ -1,10 +1,10 @@
-"""Retrieval runs of any system: Composer's JSON Lines layout or a TREC run file.
+"""Ranking files of any system: Composer's JSON Lines layout or TREC's run format (what `--run` reads).
 
 JSON Lines (or a JSON array): one object per question, ``{"id": question id, "results": [{"id": doc or
 chunk id, "score": number, "text": optional, "doc_id": optional}, ...], "answer": optional}`` (``qid`` is
 accepted for ``id``; scores may be left out, for every result of a question, by a rank-only system).
 TREC: ``qid Q0 docid rank score tag`` per line, whitespace separated. Hits keep the file's order; scoring
-decides the ranking (``composer.data.ranking.RunOrder``). The format is detected from the content (a leading
+decides the ranking (``composer.data.ranking.HitOrder``). The format is detected from the content (a leading
 ``{`` or ``[`` means JSON), whatever the extension (.jsonl, .json, .trec, .run, .txt...).
 """
 
@@ -17,27 +17,27 @@ from typing import Any, Literal
 
 from composer.data.fields import UniqueIds, Where, as_id, normal_id
 from composer.data.readers import Records, checked, parse_json_rows, read_text
-from composer.data.types import Hit, Run
+from composer.data.types import Hit, HitLists
 from composer.errors import InputError
 
-RunFormat = Literal["jsonl", "trec"]
+RankingFormat = Literal["jsonl", "trec"]
 
 
 @dataclass(frozen=True)
-class RunFile:
-    """What a run file holds: the hits per question and, where the system answered, its answers."""
+class RankingFile:
+    """What a ranking file holds: the hits per question and, where the system answered, its answers."""
 
-    hits: Run
+    hits: HitLists
     answers: dict[str, str] = field(default_factory=dict)
 
 
-def load_run(path: str | Path, *, fmt: RunFormat | None = None) -> Run:
+def load_ranking_file(path: str | Path, *, fmt: RankingFormat | None = None) -> HitLists:
     """Question id -> hits; ``fmt`` overrides content detection."""
-    return read_run(path, fmt=fmt).hits
+    return read_ranking_file(path, fmt=fmt).hits
 
 
-def read_run(path: str | Path, *, fmt: RunFormat | None = None) -> RunFile:
-    """The hits and the answers (a JSON run's ``answer`` fields) of a run file."""
+def read_ranking_file(path: str | Path, *, fmt: RankingFormat | None = None) -> RankingFile:
+    """The hits and the answers (a JSON file's ``answer`` fields) of a ranking file."""
     p = Path(path)
     text = read_text(p)  # a FIFO or a device is refused before it is opened
     if not text.strip():
@@ -47,13 +47,13 @@ def read_run(path: str | Path, *, fmt: RunFormat | None = None) -> RunFile:
     if fmt == "jsonl":
         return _json_run(text, p)
     if fmt == "trec":
-        return RunFile(_trec_run(text, p))
+        return RankingFile(_trec_hits(text, p))
     raise InputError(f"unknown run format '{fmt}'; expected jsonl or trec", path=p)
 
 
-def _json_run(text: str, path: Path) -> RunFile:
+def _json_run(text: str, path: Path) -> RankingFile:
     rows = checked(Records(str(path), parse_json_rows(text, path), tabular=False, unit="line")).rows
-    run: Run = {}
+    hits: HitLists = {}
     answers: dict[str, str] = {}
     unique = UniqueIds("question", "line")
     for line, row in rows:
@@ -68,13 +68,13 @@ def _json_run(text: str, path: Path) -> RunFile:
         if not isinstance(results, list):
             raise where.error("expected a list of results", field="results")
         scored = any(isinstance(item, dict) and item.get("score") is not None for item in results)
-        run[qid] = [_json_hit(item, where, f"results[{i}]", scored) for i, item in enumerate(results)]
+        hits[qid] = [_json_hit(item, where, f"results[{i}]", scored) for i, item in enumerate(results)]
         answer = row.get("answer")
         if answer is not None and not isinstance(answer, str):
             raise where.error(f"answer must be a string, got {type(answer).__name__}", field="answer")
         if answer is not None:
             answers[qid] = answer
-    return RunFile(run, answers)
+    return RankingFile(hits, answers)
 
 
 def _json_hit(item: Any, where: Where, name: str, scored: bool) -> Hit:
@@ -95,8 +95,8 @@ def _json_hit(item: Any, where: Where, name: str, scored: bool) -> Hit:
     return Hit(hit_id, float(score), text, as_id(item.get("doc_id"), where, f"{name}.doc_id"))
 
 
-def _trec_run(text: str, path: Path) -> Run:
-    run: Run = {}
+def _trec_hits(text: str, path: Path) -> HitLists:
+    hits: HitLists = {}
     for number, line in enumerate(text.splitlines(), start=1):
         parts = line.split()
         if not parts:
@@ -121,5 +121,5 @@ def _trec_run(text: str, path: Path) -> Run:
         if not math.isfinite(score):
             message = f"score must be a finite number, got '{score_text}'"
             raise InputError(message, path=path, line=number, field="score")
-        run.setdefault(qid, []).append(Hit(doc_id, score))
-    return run
+        hits.setdefault(qid, []).append(Hit(doc_id, score))
+    return hits
