@@ -22,6 +22,8 @@ from composer.mlflow_store import prepare_mlflow_store
 from composer.redact import scrub, scrub_url
 from composer.store import sqlite_file, use_wal
 from composer.summary import StudySummary
+from composer.tracking.parent import ParentClaims
+from composer.tracking.read import BEST_TAG, ROLE_TAG, STUDY_TAG, TRIAL_TAG, trial_run_name
 from composer.tracking.setup import (
     COMPOSITE,
     check_local_store,
@@ -31,8 +33,6 @@ from composer.tracking.setup import (
     local_store_lock,
     mlflow_params,
 )
-from composer.tracking.parent import ParentClaims
-from composer.tracking.read import BEST_TAG, ROLE_TAG, STUDY_TAG, TRIAL_TAG, trial_run_name
 from composer.yamlfile import dump_yaml
 
 if TYPE_CHECKING:

@@ -23,7 +23,6 @@ from composer.files import plain_name, write_atomic
 from composer.metrics.names import mlflow_metric_name
 from composer.record import LOST_ATTR, TrialRecord
 from composer.redact import scrub
-from composer.tracking.setup import COMPOSITE, mlflow_params
 from composer.tracking.read import (
     ROLE_TAG,
     RUN_STATUS,
@@ -33,6 +32,7 @@ from composer.tracking.read import (
     trial_config,
     trial_run_name,
 )
+from composer.tracking.setup import COMPOSITE, mlflow_params
 from composer.tracking.study_run import StudyRun
 from composer.tracking.traces import Tracer
 from composer.tracking.trial import TrialArtifacts
