@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from composer.api import evaluate, load_pipeline, optimize
     from composer.cost.estimate import Estimate
-    from composer.data.types import Corpus, Document, Hit, Question, QuestionSet
+    from composer.data.types import Corpus, Document, Hit, Question, QuestionSet, Turn
     from composer.errors import ComposerError, ConfigError, InputError
     from composer.evaluation.report import EvaluationReport
     from composer.generation.generator import Answer
@@ -53,6 +53,7 @@ _EXPORTS = {
     "Hit": "composer.data.types",
     "Question": "composer.data.types",
     "QuestionSet": "composer.data.types",
+    "Turn": "composer.data.types",
     "ComposerError": "composer.errors",
     "ConfigError": "composer.errors",
     "InputError": "composer.errors",
@@ -83,6 +84,7 @@ __all__ = [
     "Runnable",
     "SearchSpace",
     "StudyResult",
+    "Turn",
     "allow_env",
     "evaluate",
     "load_pipeline",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -38,13 +38,15 @@ SECONDARY_METRICS: dict[str, str] = {"llm_cost_usd": "llm_cost_per_question_usd"
 ANSWER_METRICS: tuple[str, ...] = ("token_f1", "exact_match", "faithfulness_overlap", "answer_refusal_rate",
                                    "refusal_accuracy")
 """Deterministic metrics of an answer: free, but only with answers (which a retrieval-only study skips)."""
+QUERY_METRICS: tuple[str, ...] = ("rewrite_similarity",)
+"""Deterministic metrics of the query searched, against a gold standalone rewrite: free, with no answer."""
 
 
 def known_metrics() -> list[str]:
     """Every metric name an objective may weigh (retrieval metrics also as ``name@k``)."""
     from composer.judges.panel import JUDGE_METRICS  # the judges pull in the LLM client: on first check only
 
-    return [*RETRIEVAL_METRICS, *ANSWER_METRICS, *JUDGE_METRICS, "grounded"]
+    return [*RETRIEVAL_METRICS, *ANSWER_METRICS, *QUERY_METRICS, *JUDGE_METRICS, "grounded"]
 
 
 def unknown_metric(name: str) -> bool:
@@ -124,6 +126,8 @@ def available_metrics(questions: Iterable[Question], ks: Iterable[int], judged: 
         out |= {"token_f1", "exact_match"}
     if any(not q.gold_answers for q in items):
         out.add("refusal_accuracy")
+    if any(q.standalone for q in items):
+        out.update(QUERY_METRICS)
     judged = set(judged)
     out |= judged | ({"grounded"} if "faithfulness" in judged else set())
     return out
@@ -150,7 +154,7 @@ NO_ANSWER = "the system has no answer(question, contexts) method"
 
 def needs_answers(objective: Objective) -> bool:
     """Whether any weighted metric reads an answer (retrieval-only objectives generate none)."""
-    return any(not _is_retrieval(key) for key in objective.weights)
+    return any(not _is_retrieval(key) and key not in QUERY_METRICS for key in objective.weights)
 
 
 def _is_retrieval(key: str) -> bool:
@@ -238,10 +242,14 @@ class Objective:
         return out
 
     def difference(
-        self, a: Mapping[str, npt.NDArray[np.float64]], b: Mapping[str, npt.NDArray[np.float64]]
+        self,
+        a: Mapping[str, npt.NDArray[np.float64]],
+        b: Mapping[str, npt.NDArray[np.float64]],
+        groups: Sequence[str] | None = None,
     ) -> tuple[float, tuple[float, float]]:
         """Composite of ``a`` minus composite of ``b``, two systems' per-question metric columns over the
-        same questions (NaN = not scored), and the 95% paired bootstrap CI of that same difference."""
+        same questions (NaN = not scored), and the 95% paired bootstrap CI of that same difference,
+        resampling whole ``groups`` (each question's conversation) when given."""
         from composer.metrics.stats import paired_statistic_ci
 
         def means(columns: Mapping[str, npt.NDArray[np.float64]]) -> dict[str, float | None]:
@@ -258,7 +266,7 @@ class Objective:
         a_cols = {k: a.get(k, missing) for k in keys}
         b_cols = {k: b.get(k, missing) for k in keys}
         point = self.composite(means(a_cols)) - self.composite(means(b_cols))
-        return point, paired_statistic_ci(a_cols, b_cols, self.composites)
+        return point, paired_statistic_ci(a_cols, b_cols, self.composites, groups=groups)
 
     def values(self, metrics: Mapping[str, float | None]) -> tuple[float, ...]:
         """The study's objective values: the composite, then each secondary metric."""

@@ -40,6 +40,9 @@ class Retriever(Protocol):
     """A user's retriever: ``retrieve(question)`` returns the items found, best first; sync or
     ``async def``. A LlamaIndex retriever is one.
 
+    A conversational one takes the history too: ``retrieve(question, history)``, or a parameter named
+    ``history`` or ``chat_history`` (``ConversationalRetriever``): Composer reads that from the signature.
+
     Example:
         A retriever over a fixed list, scored with ``composer.evaluate``::
 
@@ -112,10 +115,50 @@ class Runnable(Protocol):
         ...
 
 
-RetrieveFunction: TypeAlias = Callable[[str], Items | Awaitable[Items]]
-"""A plain function (sync or ``async def``) ``question -> items``."""
+History: TypeAlias = list[dict[str, str]]
+"""A question's earlier turns as a conversational system gets them, oldest first: ``{"role": "user" |
+"assistant", "content": text}`` dicts (OpenAI's and LangChain's shape); ``[]`` for a first turn."""
 
-System: TypeAlias = Retriever | RAGSystem | Runnable | RetrieveFunction
+
+class ConversationalRetriever(Protocol):
+    """A retriever that reads the conversation: ``retrieve(question, history)`` gets each question's
+    ``History``, so a follow-up such as "and when did he die?" can be searched with the turns it leans on.
+    Composer tells it from a ``Retriever`` by its signature: a second positional parameter without a
+    default, or one named ``history`` or ``chat_history`` (given by keyword); its ``answer``, if any, may
+    take the history the same way, after ``contexts``. A LangChain runnable whose input schema declares
+    ``input`` and ``chat_history`` (``create_history_aware_retriever``'s) is called with
+    ``invoke({"input": question, "chat_history": history})`` as it is. A system that takes no history is
+    scored on follow-ups all the same, with one warning saying how many it answered without their
+    conversation.
+
+    Example:
+        Scored on a conversational question set by ``composer.evaluate(MyChat(), questions, corpus)``::
+
+            class MyChat:
+                def retrieve(self, question: str, history: list[dict[str, str]]) -> list[str]:
+                    said = " ".join(t["content"] for t in history if t["role"] == "user")
+                    return my_search(f"{question} {said}")
+    """
+
+    def retrieve(self, question: str, history: History, /) -> Items | Awaitable[Items]:
+        """The items found for ``question`` in its conversation, best first.
+
+        Args:
+            question: The question's text.
+            history: Its earlier turns, oldest first (``History``).
+
+        Returns:
+            ``Items`` (or an awaitable of them).
+        """
+        ...
+
+
+RetrieveFunction: TypeAlias = Callable[[str], Items | Awaitable[Items]] | Callable[
+    [str, History], Items | Awaitable[Items]
+]
+"""A plain function (sync or ``async def``) ``question -> items``, or ``(question, history) -> items``."""
+
+System: TypeAlias = Retriever | ConversationalRetriever | RAGSystem | Runnable | RetrieveFunction
 """A user's system, anything ``composer.evaluate`` scores besides Composer's own pipelines and rankings."""
 
 SystemFactory: TypeAlias = Callable[[dict[str, Any]], System]

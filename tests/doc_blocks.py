@@ -76,7 +76,7 @@ def blocks_of(path: Path, root: Path = REPO_ROOT) -> list[Block]:
 def prepare_folder(folder: Path) -> None:
     """What the blocks read, as a user's checkout has it: the bundled data, experiments and spaces."""
     (folder / "examples").mkdir(parents=True)
-    for name in ("arcd-sample", "ci"):
+    for name in ("arcd-sample", "arcd-conversations", "ci"):
         shutil.copytree(REPO_ROOT / "examples" / name, folder / "examples" / name)
     (folder / "examples" / "arcd").symlink_to(REPO_ROOT / "examples" / "arcd")
     for script in (REPO_ROOT / "examples").glob("*.py"):

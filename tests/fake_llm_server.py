@@ -10,7 +10,8 @@ to a queued fault, and is counted in `pings`, not in `chat_requests`: queued fau
 the calls under test. Given a tokenizer (``count_tokens``), the server counts, as a real one does, the
 tokens of every request it read (``prompt_tokens``, ``completion_tokens``): 200s, error statuses with a
 body, malformed bodies and timeouts alike (a 429 reads nothing), and reports them as each reply's
-``usage``, unless the reply says it has none (``Reply.usage``).
+``usage``, unless the reply says it has none (``Reply.usage``). A request with ``stream: true`` gets its
+reply as OpenAI's server-sent chunks, a word at a time (``STREAM_GAP`` apart).
 """
 
 from __future__ import annotations
@@ -118,6 +119,10 @@ def huge(size: int, *, chunked: bool = False) -> Reply:
         "usage": {"prompt_tokens": 1, "completion_tokens": size // 4, "total_tokens": 1 + size // 4},
     }
     return Reply(raw_body=json.dumps(payload).encode(), chunked=chunked)
+
+
+STREAM_GAP = 0.01
+"""Seconds between the chunks of a streamed reply: pieces arrive one by one, as from a real provider."""
 
 
 def _approx_tokens(text: str) -> int:
@@ -348,6 +353,9 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 }
                 if not reply.usage:
                     del payload["usage"]
+                if body.get("stream") and reply.status == 200:
+                    self._stream(payload, bool((body.get("stream_options") or {}).get("include_usage")))
+                    return
                 self._send(reply.status, payload, reply.headers)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (a timeout test): nothing to answer
@@ -384,6 +392,30 @@ def _make_handler(server: FakeLLMServer) -> type[BaseHTTPRequestHandler]:
                 pass
             finally:
                 server._leave()
+
+        def _stream(self, payload: dict[str, Any], include_usage: bool) -> None:
+            """A reply to ``stream: true``: OpenAI's SSE chunks, one per word (spaces kept), ``STREAM_GAP``
+            seconds apart, the usage in a last chunk when asked, then ``data: [DONE]``."""
+            content = payload["choices"][0]["message"]["content"]
+            base = {k: payload[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+            deltas = [{"role": "assistant", "content": ""}] + [
+                {"content": w} for w in re.findall(r"\S+\s*|\s+", content)]
+            events = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+            events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            if include_usage and "usage" in payload:
+                events.append({**base, "choices": [], "usage": payload["usage"]})
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            lines = [f"data: {json.dumps(e, ensure_ascii=False)}\n\n" for e in events]
+            for event in [*lines, "data: [DONE]\n\n"]:
+                data = event.encode("utf-8")
+                self.wfile.write(b"%x\r\n" % len(data) + data + b"\r\n")
+                self.wfile.flush()
+                time.sleep(STREAM_GAP)
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
 
         def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
             self._send_raw(status, json.dumps(payload, ensure_ascii=False).encode("utf-8"), headers)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -299,7 +300,10 @@ def _run_pipeline(
     from composer.cli.progress import pipeline_progress
     from composer.evaluation import evaluate_pipeline
     from composer.pipeline.pipeline import Pipeline
+    from composer.retrieval.conversation import follow_up_warning
 
+    if (line := follow_up_warning(questions.questions, config.conversation)) is not None:
+        logging.getLogger("composer.retrieval.conversation").warning(line)
     with pipeline_progress(enabled=progress) as hook:
         pipeline = Pipeline.from_config(config, workdir=workdir, qdrant=qdrant, progress=hook, llm=settings)
         return evaluate_pipeline(pipeline, docs, questions, ks=ks, match=match, judging=judging)
@@ -325,10 +329,13 @@ def _print_report(report: EvaluationReport, out: Path | None, answers: str | Non
     LLM generated came from) and where the files went."""
     from composer.console import make_console
     from composer.evaluation import render_report
+    from composer.evaluation.render import render_breakdowns
     from composer.llm.spend import purpose_line
 
     console = make_console()
     console.print(render_report(report))
+    if (by_turn := render_breakdowns(report)) is not None:
+        console.print(by_turn)
     for line in failed_sample_lines(report):
         console.print(line, markup=False, highlight=False)
     if "llm" in report.meta:

@@ -55,6 +55,14 @@ def synth_command(
     max_chars: int = typer.Option(
         1200, "--max-chars", min=50, help="Longest passage asked about (characters)."
     ),
+    conversations: int = typer.Option(
+        0, "--conversations", min=0,
+        help="Write this many conversations (one per line: a first question, then follow-ups that lean on "
+        "it, each with its standalone rewrite) instead of single questions; --n and --mix do not apply.",
+    ),
+    follow_ups: int = typer.Option(
+        2, "--follow-ups", min=1, max=8, help="Follow-up questions per conversation (with --conversations)."
+    ),
     concurrency: int = typer.Option(8, "--concurrency", min=1, help="LLM requests in flight at most."),
     timeout: float = typer.Option(60.0, "--timeout", min=0.1, help="Seconds per LLM request."),
     retries: int = typer.Option(
@@ -86,7 +94,8 @@ def synth_command(
     llm_fields = {"model": llm, "api_base": llm_base, "api_key_env": api_key_env, "timeout": timeout,
                   "max_concurrency": concurrency, "max_retries": retries}
     fields: dict[str, Any] = {"n": n, "lang": lang, "seed": seed, "min_passage_chars": min_chars,
-                              "max_passage_chars": max_chars}
+                              "max_passage_chars": max_chars, "conversations": conversations,
+                              "follow_ups": follow_ups}
     config = _synth_config({**fields, **({"mix": weights} if weights else {})}, llm_fields)
     docs = load_corpus(corpus)
     from composer.llm.preflight import check_reachable
@@ -111,7 +120,8 @@ def synth_command(
 
     console = make_console()
     if review:
-        console.print(review_table(outcome.rows, docs_seed=seed))
+        table = conversation_table if conversations else review_table
+        console.print(table(outcome.rows, docs_seed=seed))
     for line in summary_lines(report, out, report_file):
         console.print(line, highlight=False)
 
@@ -191,6 +201,24 @@ def review_table(rows: list[dict[str, Any]], *, docs_seed: int) -> Table:
     return table
 
 
+def conversation_table(rows: list[dict[str, Any]], *, docs_seed: int) -> Table:
+    """A seeded sample of conversations, one line per user turn with its rewrite and answer."""
+    from rich.table import Table
+    from rich.text import Text
+
+    sample = random.Random(docs_seed).sample(rows, min(len(rows), REVIEW_ROWS // 3))
+    table = Table(title=f"{len(sample)} of {len(rows)} generated conversations", show_lines=True)
+    for column in ("conversation", "turn", "question", "standalone", "answer"):
+        table.add_column(column, overflow="fold")
+    for row in sample:
+        users = [t for t in row["turns"] if t["role"] == "user"]
+        for number, turn in enumerate(users, 1):
+            rewrite = turn.get("standalone", "")
+            cells = (row["id"], str(number), turn["text"], rewrite, turn["reference_answer"])
+            table.add_row(*(Text(c) for c in cells))
+    return table
+
+
 def _excerpt(row: dict[str, Any], width: int = 90) -> str:
     """The context around the answer span (or the passage's start), at most ``width`` characters."""
     meta = row["metadata"]
@@ -218,14 +246,18 @@ def summary_lines(report: dict[str, Any], out: Path, report_file: Path) -> list[
     cost = f"${usage['llm_cost_usd']:.4f}"
     if usage["llm_unpriced_requests"]:
         cost += f" (+{usage['llm_unpriced_requests']} unpriced requests)"
+    unit = "conversations" if "turns" in report else "questions"
     lines = [
-        f"kept {report['kept']} of {report['n']} questions ({kinds}) from {report['generated']} generated "
+        f"kept {report['kept']} of {report['n']} {unit} ({kinds}) from {report['generated']} generated "
         f"in {report['rounds']} rounds, {report['seconds']:.1f}s",
         f"dropped: {dropped}",
         f"LLM: {usage['llm_calls']} calls ({usage['llm_cached_calls']} cached, {usage['llm_requests']} "
         f"requests), {usage['llm_prompt_tokens']:,} prompt + {usage['llm_completion_tokens']:,} completion "
         f"tokens, {cost}, {usage['llm_failed_calls']} failed calls",
     ]
+    if "turns" in report:
+        turns = report["turns"]
+        lines.insert(1, f"user turns kept: {turns['kept']} ({turns['follow_ups']} follow-ups)")
     if report.get("llm_by_purpose"):
         lines.append(f"LLM requests by purpose: {purpose_line(report['llm_by_purpose'])}")
     if report["shortfall"]:

@@ -1,5 +1,6 @@
 """The LLM requests one configuration sends for one question, built with the prompts the pipeline and the
-judges send (query expansion, LLM reranking, generation, each judge), for a cost estimate.
+judges send (a follow-up's rewrite, query expansion, LLM reranking, generation, each judge), for a cost
+estimate.
 
 What is not known before a run stands in for itself: the retrieved passages are the question's own
 documents first, then others, cut by the configuration's chunking; the answer is the reference answer
@@ -30,10 +31,18 @@ from composer.judges.prompts import (
 )
 from composer.llm.cache import cache_key
 from composer.llm.config import LLMConfig, helper_config
-from composer.llm.prompt import Localized, PromptLanguage, numbered, prompt_language
+from composer.llm.prompt import Localized, PromptLanguage, numbered, prompt_language, transcript
 from composer.metrics.scorers import references
 from composer.pipeline.config import PipelineConfig
-from composer.retrieval.prompts import HYDE, MULTI_QUERY, RERANK_LISTWISE, RERANK_POINTWISE, STEP_BACK
+from composer.retrieval.conversation import window_turns
+from composer.retrieval.prompts import (
+    CONDENSE,
+    HYDE,
+    MULTI_QUERY,
+    RERANK_LISTWISE,
+    RERANK_POINTWISE,
+    STEP_BACK,
+)
 from composer.text import split_sentences
 
 Messages = list[dict[str, str]]
@@ -71,7 +80,8 @@ def question_calls(
     ``answers``: whether trials answer, as ``StudyData.answers`` says)."""
     generator = config.generation.llm_config(llm)
     helper_base = generator or llm
-    calls = _expansion(question.question, config, helper_base, passages)
+    calls = _rewrite(question, config, helper_base)
+    calls += _expansion(question.question, config, helper_base, passages)
     hits = list(passages[: config.retrieval.k])
     if config.rerank.method == "llm":
         helper = helper_config(helper_base, config.rerank.model)
@@ -81,7 +91,7 @@ def question_calls(
         return calls
     contexts = hits[: config.generation.max_contexts]
     answer = expected_answer(question, config.generation.template)
-    messages = answer_messages(config.generation.template, question.question, contexts)
+    messages = answer_messages(config.generation.template, question.question, contexts, question.history)
     calls.append(Call("generation", generator, messages, answer))
     if judge is not None:
         about = cache_key(generator.model, generator.api_base, [], {**generator.call_params(),
@@ -97,6 +107,19 @@ def expected_answer(question: Question, template: str) -> str:
     if not refs:
         return REFUSALS[prompt_language(question.question)]
     return refs[0] if template == "concise" else f"{question.question} {refs[0]}"
+
+
+def _rewrite(question: Question, config: PipelineConfig, base: LLMConfig | None) -> list[Call]:
+    """The ``llm`` rewrite of a follow-up (a question with no history in its window sends none); its
+    stand-in reply is the question itself."""
+    conversation = config.conversation
+    helper = helper_config(base, conversation.model)
+    turns = window_turns(question.history, conversation)
+    if conversation.rewrite != "llm" or helper is None or not turns:
+        return []
+    lang = prompt_language(" ".join([*(t.text for t in turns), question.question]))
+    messages = CONDENSE[lang].messages(history=transcript(turns, lang), question=question.question)
+    return [Call("conversation rewrite", helper, messages, _json({"question": question.question}))]
 
 
 def _expansion(

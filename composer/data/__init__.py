@@ -4,7 +4,7 @@ from composer.data.corpus import load_corpus
 from composer.data.questions import load_questions, unknown_relevant_ids
 from composer.data.ranking_file import RankingFile, load_ranking_file, read_ranking_file
 from composer.data.readers import SUPPORTED_EXTENSIONS
-from composer.data.types import Corpus, Document, Hit, HitLists, Question, QuestionSet
+from composer.data.types import Corpus, Document, Hit, HitLists, Question, QuestionSet, Turn
 
 __all__ = [
     "SUPPORTED_EXTENSIONS",
@@ -15,6 +15,7 @@ __all__ = [
     "Question",
     "QuestionSet",
     "RankingFile",
+    "Turn",
     "load_corpus",
     "load_questions",
     "load_ranking_file",

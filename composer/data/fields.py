@@ -174,14 +174,21 @@ def parse_rows(
 ) -> list[tuple[int, Item]]:
     """(line, item) per row: ``parse`` makes the item (ids it lacks come from ``IdMaker(id_prefix)``), and a
     second item with an id already seen is rejected, naming both lines."""
+    return parse_row_items(records, kind, id_prefix, lambda row, where, make_id: [parse(row, where, make_id)])
+
+
+def parse_row_items(
+    records: Records, kind: str, id_prefix: str, parse: Callable[[dict[str, Any], Where, IdMaker], list[Item]]
+) -> list[tuple[int, Item]]:
+    """``parse_rows`` where one row may hold several items (a conversation holds several questions)."""
     unique = UniqueIds(kind, records.unit)
     make_id = IdMaker(id_prefix)
     items: list[tuple[int, Item]] = []
     for line, row in records.rows:
         where = Where(records.source, line, records.tabular)
-        item = parse(row, where, make_id)
-        unique.add(item.id, where)
-        items.append((line, item))
+        for item in parse(row, where, make_id):
+            unique.add(item.id, where)
+            items.append((line, item))
     return items
 
 

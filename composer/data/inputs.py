@@ -61,6 +61,10 @@ def questions_file(questions: object, folder: Path) -> Path:
             "answers": list(q.answers),
             "context": list(q.context),
             **({"reference_answer": q.reference_answer} if q.reference_answer else {}),
+            **({"conversation_id": q.conversation_id} if q.conversation_id is not None else {}),
+            **({"turn": q.turn} if q.turn is not None else {}),
+            **({"history": [t.to_dict() for t in q.history]} if q.history else {}),
+            **({"standalone": q.standalone} if q.standalone is not None else {}),
         }
         for q in as_question_set(questions, None)
     ]

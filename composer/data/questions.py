@@ -10,6 +10,10 @@ Fields (names match case-insensitively; aliases are the names of the tools users
 - ``answers``, also ``ground_truths``: every gold answer (SQuAD's ``{"text": [...]}`` works too).
 - ``context``, also ``contexts``, ``reference_contexts`` (Ragas): gold context passages.
 - ``metadata``: an object; every other column is added to it.
+- ``conversation_id``, also ``session_id``, ``thread_id``; ``turn``, also ``turn_no``, ``turn_number``;
+  ``history``, also ``chat_history``, or OpenAI's ``messages``; ``standalone``, also ``rewrite``,
+  ``standalone_question``: a question in a conversation (see :mod:`composer.data.conversations`, which
+  also reads files of one conversation per line).
 
 A missing id is ``q-`` + the first 12 hex digits of SHA-1 of the question text (``-2``, ``-3``... for
 repeats of the same text), so it is stable across runs and does not depend on the other rows. List cells
@@ -22,6 +26,14 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from composer.data.conversations import (
+    as_turn_number,
+    as_turns,
+    check_conversations,
+    expand_conversation,
+    over_limit,
+    question_of_messages,
+)
 from composer.data.fields import (
     IdMaker,
     Where,
@@ -29,7 +41,7 @@ from composer.data.fields import (
     as_list,
     as_metadata,
     as_text,
-    parse_rows,
+    parse_row_items,
     split_fields,
 )
 from composer.data.readers import read_source
@@ -47,7 +59,16 @@ _ALIASES = {
     **dict.fromkeys(("answers", "ground_truths"), "answers"),
     **dict.fromkeys(("context", "contexts", "reference_contexts"), "context"),
     "metadata": "metadata",
+    **dict.fromkeys(("conversation_id", "session_id", "thread_id"), "conversation_id"),
+    **dict.fromkeys(("turn", "turn_no", "turn_number"), "turn"),
+    **dict.fromkeys(("history", "chat_history"), "history"),
+    "messages": "messages",
+    **dict.fromkeys(("standalone", "rewrite", "standalone_question"), "standalone"),
 }
+
+_LABELS = frozenset(name for name, canonical in _ALIASES.items() if canonical in (
+    "id", "relevant_ids", "reference_answer", "answers", "context", "standalone"))
+"""What makes a user turn of a conversation line a question (see ``expand_conversation``)."""
 
 
 def load_questions(source: Any, *, corpus: Corpus | None = None, strict: bool = False) -> QuestionSet:
@@ -59,7 +80,11 @@ def load_questions(source: Any, *, corpus: Corpus | None = None, strict: bool = 
     (every retrieval metric would be 0: the question set belongs to another corpus).
     """
     records = read_source(source)
-    rows = parse_rows(records, "question", "q", _question)
+    conversation_ids = IdMaker("c")
+    rows = parse_row_items(records, "question", "q", lambda row, where, make_id: [
+        _question(question_row, where, make_id)
+        for question_row in expand_conversation(row, where, conversation_ids, _LABELS)])
+    check_conversations(rows, records.source)
     question_set = QuestionSet([q for _, q in rows], records.source)
     if corpus is not None:
         _check_relevant_ids(question_set, [line for line, _ in rows], corpus, strict=strict)
@@ -79,6 +104,11 @@ def unknown_relevant_ids(questions: Iterable[Question], corpus: Corpus) -> list[
 def _question(row: dict[str, Any], where: Where, make_id: IdMaker) -> Question:
     fields, extra = split_fields(row, _ALIASES, where)
     text = as_text(fields.get("question"), where, "question")
+    history = as_turns(fields.get("history"), where, "history")
+    if "messages" in fields:
+        if history:
+            raise where.error("both 'history' and 'messages' given; keep one", field="messages")
+        history, text = question_of_messages(as_turns(fields["messages"], where, "messages"), text, where)
     if text is None or not text.strip():
         raise where.error("missing question text", field="question")
     if (invisible := invisible_only(text)) is not None:
@@ -86,6 +116,16 @@ def _question(row: dict[str, Any], where: Where, make_id: IdMaker) -> Question:
     text = text.strip()
     relevant = as_list(fields.get("relevant_ids"), where, "relevant_ids", ids=True)
     reference = (as_text(fields.get("reference_answer"), where, "reference_answer") or "").strip()
+    if (too_long := over_limit(history)) is not None:
+        raise where.error(too_long, field="history")
+    turn = as_turn_number(fields.get("turn"), where)
+    if history:
+        position = 1 + sum(t.role == "user" for t in history)
+        if turn is not None and turn != position:
+            raise where.error(f"turn {turn}, but its history holds {position - 1} earlier user turn(s): a "
+                              "history holds every earlier turn, oldest first", field="turn")
+        turn = position
+    standalone = (as_text(fields.get("standalone"), where, "standalone") or "").strip()
     return Question(
         id=as_id(fields.get("id"), where) or make_id.make(text),
         question=text,
@@ -94,6 +134,10 @@ def _question(row: dict[str, Any], where: Where, make_id: IdMaker) -> Question:
         answers=tuple(a.strip() for a in as_list(fields.get("answers"), where, "answers", ids=False)),
         context=as_list(fields.get("context"), where, "context", ids=False),
         metadata={**extra, **as_metadata(fields.get("metadata"), where)},
+        conversation_id=as_id(fields.get("conversation_id"), where, "conversation_id"),
+        turn=turn,
+        history=history,
+        standalone=standalone or None,
     )
 
 

@@ -7,7 +7,7 @@ import json
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from composer.unicode import normal_id
 
@@ -43,6 +43,32 @@ class Document:
             object.__setattr__(self, "id", normal_id(self.id))
 
 
+Role = Literal["user", "assistant"]
+"""Who said a turn of a conversation."""
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One earlier turn of a conversation, as a question's ``history`` holds it.
+
+    Attributes:
+        role: ``user`` or ``assistant``.
+        text: What was said.
+
+    Example:
+        ::
+
+            history = (composer.Turn("user", "من هو جمال خاشقجي؟"), composer.Turn("assistant", "صحفي سعودي."))
+    """
+
+    role: Role
+    text: str
+
+    def to_dict(self) -> dict[str, str]:
+        """As files and chat APIs write a turn: ``{"role", "text"}``."""
+        return {"role": self.role, "text": self.text}
+
+
 @dataclass(frozen=True)
 class Question:
     """One question of a question set, with what scores an answer to it.
@@ -55,6 +81,10 @@ class Question:
         answers: Gold answers for token F1 and exact match.
         context: Reference passages.
         metadata: Anything else its row carried.
+        conversation_id: The conversation it belongs to; None for a question that stands alone.
+        turn: Its position among its conversation's user turns, from 1; None when not given.
+        history: The conversation's earlier turns, oldest first: what a follow-up leans on.
+        standalone: A gold rewrite of the question that needs no history (scores a rewriter).
 
     Example:
         ::
@@ -70,6 +100,10 @@ class Question:
     answers: tuple[str, ...] = ()
     context: tuple[str, ...] = ()
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    conversation_id: str | None = None
+    turn: int | None = None
+    history: tuple[Turn, ...] = ()
+    standalone: str | None = None
 
     def __post_init__(self) -> None:
         """Its id and relevant ids are NFC however it was made (see ``Document``)."""
@@ -77,6 +111,17 @@ class Question:
             object.__setattr__(self, "id", normal_id(self.id))
         if not all(unicodedata.is_normalized("NFC", r) for r in self.relevant_ids):
             object.__setattr__(self, "relevant_ids", tuple(normal_id(r) for r in self.relevant_ids))
+
+    @property
+    def is_follow_up(self) -> bool:
+        """A turn after the first of its conversation: it has history to lean on."""
+        return bool(self.history)
+
+    @property
+    def conversation(self) -> str:
+        """The key its conversation is grouped by: its ``conversation_id``, else its own id (a question that
+        stands alone is a conversation of one), so splits and bootstraps never part a conversation."""
+        return self.conversation_id if self.conversation_id is not None else self.id
 
     @property
     def gold_answers(self) -> tuple[str, ...]:
@@ -227,20 +272,25 @@ class QuestionSet:
             self._fingerprint = self._hash()
         return self._fingerprint
 
+    def conversations(self) -> dict[str, list[Question]]:
+        """The questions by conversation (``Question.conversation``), each in this set's order."""
+        groups: dict[str, list[Question]] = {}
+        for q in self.questions:
+            groups.setdefault(q.conversation, []).append(q)
+        return groups
+
+    def has_follow_ups(self) -> bool:
+        """Whether any question leans on earlier turns: what a conversation stage is for."""
+        return any(q.history for q in self.questions)
+
     def _hash(self) -> str:
         h = hashlib.sha256()
         for q in self.questions:
-            h.update(
-                json.dumps(
-                    [
-                        q.id,
-                        q.question,
-                        list(q.relevant_ids),
-                        q.reference_answer,
-                        list(q.answers),
-                        list(q.context),
-                    ],
-                    ensure_ascii=False,
-                ).encode("utf-8")
-            )
+            fields: list[Any] = [
+                q.id, q.question, list(q.relevant_ids), q.reference_answer, list(q.answers), list(q.context)
+            ]
+            if q.conversation_id is not None or q.turn is not None or q.history or q.standalone is not None:
+                # Only a conversational question hashes these: a standalone set keeps its fingerprint.
+                fields += [q.conversation_id, q.turn, [t.to_dict() for t in q.history], q.standalone]
+            h.update(json.dumps(fields, ensure_ascii=False).encode("utf-8"))
         return h.hexdigest()[:16]

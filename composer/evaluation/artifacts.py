@@ -215,6 +215,8 @@ def sample_columns(
     columns: dict[str, Sequence[Any]] = {
         "question_id": t.question_ids,
         "question": t.questions,
+        **conversation_columns(t),
+        **({"searched_query": t.searched} if t.searched is not None else {}),
         "retrieved_ids": retrieved_ids,
         "answer": t.answers if t.answers is not None else [None] * n,
         "context_tokens": [None if v is None else int(v) for v in tokens],
@@ -228,6 +230,14 @@ def sample_columns(
     columns.update({f"skipped_{group}": reasons for group, reasons in t.skipped.items()})
     columns["error"] = [None if (e := t.errors.get(i)) is None else str(e) for i in range(n)]
     return columns
+
+
+def conversation_columns(t: SampleTable) -> dict[str, Sequence[Any]]:
+    """Where each question stands in its conversation (``conversation``, ``turn``, ``follow_up``), the
+    columns a report read back from its files is broken down by turn with; none for lone questions."""
+    if t.conversations is None or t.turns is None or t.follow_ups is None:
+        return {}
+    return {"conversation": t.conversations, "turn": t.turns, "follow_up": t.follow_ups}
 
 
 def samples_csv(cells: Cells) -> bytes:
@@ -297,13 +307,16 @@ def trace_lines(cells: Cells, *, texts: bool = True) -> list[bytes]:
     t, n = cells.table, cells.n
     metrics = cells.metric_json
     keys = b", ".join(_json_str(name).replace("%", "%%").encode() + b": %s" for name in metrics)
+    talk = {**conversation_columns(t), **({"searched_query": t.searched} if t.searched is not None else {})}
+    where = b"".join(_json_str(name).encode() + b": %s, " for name in talk)
     line = (
-        b'{"question_id": %s, "question": %s, "retrieved": %s, "answer": %s, "metrics": {' + keys + b'}, '
-        b'"latency": %s, "skipped": %s, "error": %s, "context_tokens": %s, "reasons": %s}\n'
+        b'{"question_id": %s, "question": %s, ' + where + b'"retrieved": %s, "answer": %s, "metrics": {'
+        + keys + b'}, "latency": %s, "skipped": %s, "error": %s, "context_tokens": %s, "reasons": %s}\n'
     )
     tokens = [b"null" if v is None else b"%d" % v for v in cells.tokens]
+    placed = [utf8([json.dumps(v, ensure_ascii=False) for v in column]) for column in talk.values()]
     columns = [
-        cells.ids, cells.questions, cells.retrieved(texts=texts), cells.answers, *metrics.values(),
+        cells.ids, cells.questions, *placed, cells.retrieved(texts=texts), cells.answers, *metrics.values(),
         _json_objects(cells.latency, n), _skipped_cells(t),
         _sparse(n, b"null", {i: strict_json(vars(e), indent=None).encode() for i, e in t.errors.items()}),
         tokens,

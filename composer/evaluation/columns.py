@@ -12,9 +12,11 @@ from composer.data.ranking import Ranking
 from composer.data.types import Corpus, Question
 from composer.errors import InputError
 from composer.evaluation.report import SampleTable
+from composer.evaluation.table import conversation_columns
 from composer.metrics.matching import MatchMode, Universe, match_ranking
 from composer.metrics.refusal import is_refusal
 from composer.metrics.retrieval import RETRIEVAL_METRICS, metric_key
+from composer.metrics.rewrite import REWRITE_SIMILARITY, rewrite_similarities
 from composer.metrics.scorers import AnswerScorer, default_scorers
 
 REFUSAL_RATE = "answer_refusal_rate"
@@ -31,12 +33,14 @@ def score_ranking(
     answers: Mapping[str, str | None] | None = None,
     contexts: Mapping[str, Sequence[str]] | None = None,
     scorers: Sequence[AnswerScorer] | None = None,
+    searched: Mapping[str, str] | None = None,
 ) -> SampleTable:
     """Retrieval metrics at every cutoff for each row of ``ranking`` (row i is ``questions[i]``), the
     retrieved context size, and, with ``answers``, the deterministic answer scores.
 
     ``universe`` is the whole searched collection (answer mode counts its answer-bearing items as
-    relevant); ``contexts`` are the passages each answer was given (default: its retrieved texts).
+    relevant); ``contexts`` are the passages each answer was given (default: its retrieved texts);
+    ``searched``: the query searched per question id, scored against gold rewrites (default: the question).
     """
     cutoffs = check_ks(ks)
     n = len(questions)
@@ -47,6 +51,9 @@ def score_ranking(
             metrics[metric_key(name, k)] = np.where(
                 matched.labelled, fn(matched.relevant, matched.n_relevant, k), np.nan
             )
+    rewrites = rewrite_similarities(questions, searched)
+    if rewrites is not None:
+        metrics[REWRITE_SIMILARITY] = rewrites
     kept = ranking.top(cutoffs[-1])
     table = SampleTable(
         question_ids=tuple(q.id for q in questions),
@@ -58,6 +65,12 @@ def score_ranking(
         if not matched.labelled.all()
         else {},
     )
+    talk = conversation_columns(questions)
+    if talk is not None:
+        table.conversations, table.turns, table.follow_ups = talk
+    queries = tuple(searched.get(q.id, q.question) for q in questions) if searched else None
+    if queries is not None and (talk is not None or queries != table.questions):
+        table.searched = queries
     if answers is not None:
         _score_answers(
             table,

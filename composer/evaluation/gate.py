@@ -50,17 +50,19 @@ MIN_QUESTIONS = 5
 @dataclass(frozen=True)
 class Scores:
     """One system's per-question metric columns (NaN = not scored), row i being ``question_ids[i]``;
-    ``source`` names where they came from for messages, ``objective`` the weights they were scored with."""
+    ``source`` names where they came from for messages, ``objective`` the weights they were scored with,
+    ``conversations`` each question's conversation (None: lone questions), which the bootstrap draws whole."""
 
     question_ids: tuple[str, ...]
     metrics: Mapping[str, npt.NDArray[np.float64]]
     source: str
     objective: ObjectiveConfig | None = None
+    conversations: tuple[str, ...] | None = None
 
     @classmethod
     def of(cls, report: EvaluationReport, source: str) -> Scores:
         return cls(tuple(report.table.question_ids), dict(report.table.metrics), source,
-                   objective_of_summary(report.meta.get("objective"), source))
+                   objective_of_summary(report.meta.get("objective"), source), report.table.conversations)
 
     def available(self) -> set[str]:
         """The metrics at least one question scored."""
@@ -93,7 +95,7 @@ class Scores:
                              "same question set (and --split)", path=self.source)
         order = np.array([rows[qid] for qid in other.question_ids], dtype=np.intp)
         return Scores(other.question_ids, {k: v[order] for k, v in self.metrics.items()}, self.source,
-                      self.objective)
+                      self.objective, other.conversations)
 
 
 def compare(new: Scores, old: Scores, objective: Objective, *, metric: str, margin: float) -> GateResult:
@@ -103,7 +105,8 @@ def compare(new: Scores, old: Scores, objective: Objective, *, metric: str, marg
     paired = old.aligned_to(new)
     new.require(objective, "new system")
     paired.require(objective, "baseline")
-    difference, (low, high) = objective.difference(new.metrics, paired.metrics)
+    # The new set's conversations are resampled whole: its turns are not independent.
+    difference, (low, high) = objective.difference(new.metrics, paired.metrics, new.conversations)
     new_value = objective.composite(_means(new.metrics))
     old_value = objective.composite(_means(paired.metrics))
     passed = high >= 0 and difference >= -margin

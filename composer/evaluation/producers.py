@@ -51,6 +51,8 @@ def score_system(
 ) -> EvaluationReport:
     """``system``'s report on the questions (indexing ``docs`` first when it indexes)."""
     producer = producer_of(system, docs, work, concurrency)
+    if isinstance(producer, SystemPipeline):
+        producer.warn_unheard(question_set)
     if judging is not None and not producer.can_answer:
         raise ConfigError(
             "the system has no answer(question, contexts) method, so there is no answer "

@@ -1,9 +1,11 @@
-"""The terminal view of a report: one row per metric, one column per cutoff k, mean with its 95% CI."""
+"""The terminal view of a report: one row per metric, one column per cutoff k, mean with its 95% CI; for a
+conversational set, a second table of the scores by turn."""
 
 from __future__ import annotations
 
 from rich.table import Table
 
+from composer.evaluation.breakdowns import split_name
 from composer.evaluation.report import EvaluationReport, MetricStats
 
 
@@ -39,6 +41,35 @@ def render_report(report: EvaluationReport) -> Table:
     return table
 
 
+def render_breakdowns(report: EvaluationReport) -> Table | None:
+    """A Rich table of a conversational set's scores by turn: one row per metric, one column per view
+    (first turns, follow-ups, each turn position, per conversation); None for a set of lone questions."""
+    breakdowns = report.breakdowns()
+    if not breakdowns:
+        return None
+    grid: dict[str, dict[str, MetricStats]] = {}
+    for name, st in breakdowns.items():
+        metric, view = split_name(name)
+        grid.setdefault(metric, {})[view] = st
+    views = list(dict.fromkeys(split_name(name)[1] for name in breakdowns))  # turns first, conversation last
+    talk = report.table
+    assert talk.conversations is not None and talk.follow_ups is not None  # breakdowns need them
+    table = Table(
+        title=f"by turn · {len(set(talk.conversations))} conversations, {sum(talk.follow_ups)} follow-ups",
+        caption="each cell: mean, then its 95% CI over conversations (each resampled whole); turn_5_plus: "
+        "turns 5 and later; conversation: each conversation's mean, and all_found@k the share of "
+        "conversations every labelled turn of which had a relevant hit in the top k",
+        title_justify="left",
+        caption_justify="left",
+    )
+    table.add_column("metric", style="bold")
+    for view in views:
+        table.add_column(view, justify="right")
+    for metric, by_view in grid.items():
+        table.add_row(metric, *(_cell(by_view.get(view)) for view in views))
+    return table
+
+
 def _cell(st: MetricStats | None) -> str:
     if st is None:
         return "–"
@@ -46,7 +77,8 @@ def _cell(st: MetricStats | None) -> str:
 
 
 def _caption(report: EvaluationReport) -> str:
-    parts = ["each cell: mean, then its 95% bootstrap CI"]
+    over = " over conversations (each resampled whole)" if report.table.conversations is not None else ""
+    parts = ["each cell: mean, then its 95% bootstrap CI" + over]
     skipped = report.skip_counts()
     if skipped:
         parts.append("skipped: " + ", ".join(f"{reason} {n}" for reason, n in sorted(skipped.items())))

@@ -28,6 +28,7 @@ from composer.evaluation.artifacts import (
     samples_csv,
     trace_lines,
 )
+from composer.evaluation.breakdowns import breakdown_samples, conversation_codes
 from composer.evaluation.table import Column as Column
 from composer.evaluation.table import SampleRecord as SampleRecord
 from composer.evaluation.table import SampleTable as SampleTable
@@ -182,6 +183,11 @@ class EvaluationReport:
 
     @cached_property
     def _stats(self) -> dict[str, MetricStats]:
+        conversations = self.table.conversations
+        if conversations is not None:  # the turns of a conversation are resampled together
+            codes = conversation_codes(conversations)
+            return {name: _described(column[rows], codes[rows])
+                    for name, column in self.table.metrics.items() if (rows := ~np.isnan(column)).any()}
         scored = {name: vals for name in self.metric_names if (vals := self.values(name)).size}
         intervals = metric_stats.bootstrap_cis(list(scored.values()))
         return {
@@ -201,6 +207,31 @@ class EvaluationReport:
                 report.stats()["hit_rate@5"].ci_low
         """
         return dict(self._stats)
+
+    @cached_property
+    def _breakdowns(self) -> dict[str, MetricStats]:
+        return {name: _described(*sample) for name, sample in breakdown_samples(self.table)}
+
+    def breakdowns(self) -> dict[str, MetricStats]:
+        """A conversational set's scores by turn (``composer.evaluation.breakdowns``), each with its 95%
+        interval over conversations; empty for a set of lone questions.
+
+        Returns:
+            ``<metric>.<view>`` (``recall@5.follow_up``, ``ndcg@10.turn_2``, ``recall@5.conversation``,
+            ``all_found@5.conversation``) -> its ``MetricStats`` (``n``: turns, or conversations).
+
+        Example:
+            ::
+
+                report.breakdowns()["recall@5.follow_up"].mean
+        """
+        return dict(self._breakdowns)
+
+    def breakdown_means(self) -> dict[str, float]:
+        """``breakdowns``' means alone, without their bootstrap: what a trial's MLflow run logs."""
+        if "_breakdowns" in self.__dict__:
+            return {name: st.mean for name, st in self._breakdowns.items()}
+        return {name: metric_stats.mean(values) for name, (values, _) in breakdown_samples(self.table)}
 
     def skip_counts(self) -> dict[str, int]:
         """How many questions skipped some metric group, by reason (no_labels, empty_answer, refusal...)."""
@@ -249,6 +280,15 @@ class EvaluationReport:
             "errors": self.error_counts(),
             "latency_ms": self.latency_ms(),
         }
+        if self.table.conversations is not None and self.table.follow_ups is not None:
+            breakdowns = self.breakdowns()
+            core["conversations"] = {
+                "n_conversations": len(set(self.table.conversations)),
+                "n_follow_ups": sum(self.table.follow_ups),
+                "metrics": {name: st.mean for name, st in breakdowns.items()},
+                "ci": {name: [st.ci_low, st.ci_high] for name, st in breakdowns.items()},
+                "n_scored": {name: st.n for name, st in breakdowns.items()},
+            }
         if self.gate is not None:
             core["gate"] = self.gate.to_dict()
         return {**core, **self.meta}
@@ -314,8 +354,14 @@ class EvaluationReport:
 
 _SUMMARY_KEYS = frozenset(
     {"n_questions", "match", "ks", "metrics", "ci", "std", "n_scored", "skipped", "errors", "latency_ms",
-     "gate"}
+     "gate", "conversations"}
 )
+
+
+def _described(values: npt.NDArray[np.float64], groups: npt.NDArray[np.intp] | None) -> MetricStats:
+    """Mean, std and 95% bootstrap interval of ``values``, resampling ``groups`` whole (conversations)."""
+    low, high = metric_stats.bootstrap_ci(values, groups=groups)
+    return MetricStats(metric_stats.mean(values), metric_stats.std(values), low, high, int(values.size))
 
 
 def report_files(

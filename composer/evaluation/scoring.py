@@ -256,6 +256,8 @@ class _Batches:
                 universe=self.universe,
                 answers=None if answers is None else {q: a.text for q, a in given.items()},
                 contexts=None if answers is None else {q: a.contexts for q, a in given.items()},
+                # What each question searched: Composer's pipeline knows (conversation stage), a system not.
+                searched=getattr(self.pipeline, "searched_queries", None),
             )
             table.latency.update(latency)
             for row, q in enumerate(batch):

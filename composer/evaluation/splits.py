@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterable
+from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,20 +32,23 @@ class SplitConfig(Strict):
 def split_questions(
     questions: QuestionSet, split: SplitConfig | None
 ) -> tuple[QuestionSet, QuestionSet | None]:
-    """Selection and held-out sets by a seeded hash of each id: the same sets whatever the file's order.
+    """Selection and held-out sets by a seeded hash of each conversation (a question that stands alone is
+    a conversation of one, hashed by its id): the same sets whatever the file's order, and a
+    conversation's turns all on one side, since they are not independent.
 
     Both keep the file's order, so batches (and pruning steps) see the same questions in every trial.
     """
     if split is None:
         return questions, None
-    ranked = seeded_order(questions, split.seed)
-    n_held = round(len(ranked) * split.held_out)
-    if n_held == 0 or n_held == len(ranked):
+    held = _fill(seeded_order(questions, split.seed), round(len(questions) * split.held_out))
+    if not held or len(held) == len(questions):
+        n_conversations = len(questions.conversations())
+        whole = (f" (in {n_conversations} conversations, each kept whole)"
+                 if n_conversations < len(questions) else "")
         raise ConfigError(
-            f"holding out {split.held_out:.0%} of {len(ranked)} questions leaves a side empty",
+            f"holding out {split.held_out:.0%} of {len(questions)} questions{whole} leaves a side empty",
             field="split.held_out",
         )
-    held = {q.id for q in ranked[:n_held]}
     return (
         QuestionSet([q for q in questions if q.id not in held], questions.source),
         QuestionSet([q for q in questions if q.id in held], questions.source),
@@ -64,13 +68,15 @@ def study_questions(
 def stratified_pick(questions: QuestionSet, n: int, seed: int) -> QuestionSet:
     """``n`` of the questions, each stratum (answerable or not, by language) keeping its share of the set
     (largest remainders; every stratum at least one while ``n`` allows), picked within a stratum by a
-    seeded hash of each id: the same questions whatever the file's order. The file's order is kept, so
-    batches see them as the whole set would. All of them when ``n`` is not smaller."""
+    seeded hash of each conversation: the same questions whatever the file's order. A conversation is
+    picked whole, in the stratum of its first question, so the count may miss ``n`` by part of one. The
+    file's order is kept, so batches see them as the whole set would. All of them when ``n`` is not
+    smaller."""
     if n >= len(questions):
         return questions
     strata: dict[tuple[bool, str], list[Question]] = {}
-    for q in questions:
-        strata.setdefault(_stratum(q), []).append(q)
+    for conversation in questions.conversations().values():
+        strata.setdefault(_stratum(conversation[0]), []).extend(conversation)
     exact = {key: n * len(members) / len(questions) for key, members in strata.items()}
     counts = {key: int(share) for key, share in exact.items()}
     by_remainder = sorted(strata, key=lambda key: (counts[key] > 0, -(exact[key] - counts[key]), key))
@@ -78,15 +84,27 @@ def stratified_pick(questions: QuestionSet, n: int, seed: int) -> QuestionSet:
         counts[key] += 1
     picked: set[str] = set()
     for key, members in strata.items():
-        ranked = seeded_order(members, seed)
-        picked.update(q.id for q in ranked[: counts[key]])
+        picked.update(_fill(seeded_order(members, seed), counts[key]))
     return questions.subset(sorted(picked))
 
 
 def seeded_order(questions: Iterable[Question], seed: int) -> list[Question]:
-    """The questions ordered by a seeded hash of each id: the same order whatever the file's, so a split
-    or a pick by it takes the same questions however the file is sorted."""
-    return sorted(questions, key=lambda q: hashlib.sha256(f"{seed}:{q.id}".encode()).hexdigest())
+    """The questions ordered by a seeded hash of each conversation key (``Question.conversation``, a
+    standalone question's own id): the same order whatever the file's, so a split or a pick by it takes
+    the same questions however the file is sorted, and a conversation's questions stay together."""
+    return sorted(questions, key=lambda q: hashlib.sha256(f"{seed}:{q.conversation}".encode()).hexdigest())
+
+
+def _fill(ranked: list[Question], n: int) -> set[str]:
+    """The ids of whole conversations taken in ``ranked``'s order towards ``n`` questions: one is taken
+    while it brings the count no further from ``n`` than it is (one by one for questions that stand
+    alone: the first ``n``), and skipped for a smaller one after it otherwise."""
+    taken: set[str] = set()
+    for _, group in groupby(ranked, key=lambda q: q.conversation):
+        ids = [q.id for q in group]
+        if len(taken) + len(ids) - n <= n - len(taken):
+            taken.update(ids)
+    return taken
 
 
 def _stratum(q: Question) -> tuple[bool, str]:

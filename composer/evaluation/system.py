@@ -7,6 +7,12 @@ object with ``retrieve(question) -> list`` (a user's own class, a LlamaIndex ret
 one scoring path, ``composer.evaluation.scoring.score_pipeline``: the same metrics, judges, failure budget
 and reports.
 
+A conversational system gets each question's history, its earlier turns oldest first as ``{role,
+content}`` dicts (``[]`` for a first turn): ``retrieve``/``answer``/the callable when its signature takes
+it (``history_parameter``), a LangChain runnable as ``invoke({"input", "chat_history"})`` when its input
+schema declares both keys. A system that takes none, scored on follow-ups, gets one warning saying how
+many it answered without their conversation.
+
 Retrieved items are read by shape, without importing any framework: ids (str or int); mappings with
 ``id``/``doc_id``/``chunk_id``, ``text``/``page_content``/``content`` and ``score``; LangChain
 ``Document``s (``page_content``, ``metadata`` id/doc_id/source and score, ``id``); LlamaIndex
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import math
 import numbers
 import time
@@ -31,7 +38,7 @@ import numpy as np
 
 from composer.data.fields import normal_id
 from composer.data.ranking import Ranking, ranking_from_hits
-from composer.data.types import Corpus, Hit, HitLists, Question, StageError
+from composer.data.types import Corpus, Hit, HitLists, Question, QuestionSet, StageError
 from composer.errors import ComposerError
 from composer.evaluation.given import hits_table
 from composer.generation import Answer
@@ -53,6 +60,13 @@ ACCEPTED = (
 )
 
 
+HISTORY_NAMES = ("history", "chat_history")
+"""Parameter names that take a question's history, wherever they stand in the signature."""
+CHAT_KEYS = frozenset({"input", "chat_history"})
+"""The input keys of a LangChain conversational runnable (``create_history_aware_retriever``'s)."""
+logger = logging.getLogger(__name__)
+
+
 class SystemError_(ComposerError):
     """A user's system returned something Composer cannot read: names the question and what came back."""
 
@@ -71,6 +85,39 @@ def retrieve_method(obj: object) -> Callable[..., Any] | None:
     if callable(obj) and not isinstance(obj, type):
         return obj
     return None
+
+
+def history_parameter(fn: Callable[..., Any], after: int = 1) -> str | int | None:
+    """How ``fn`` takes a question's history, read from its signature: the name of a parameter called
+    ``history`` or ``chat_history`` (passed by keyword), else ``after`` when the positional parameter
+    following its ``after`` usual ones (``retrieve(question, history)``: 1; ``answer(question, contexts,
+    history)``: 2) has no default (passed there), else None: it takes none (a default-valued parameter
+    there, such as ``k``, is not the history)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: the question alone
+        return None
+    named = next((p for p in params if p.name in HISTORY_NAMES), None)
+    if named is not None:
+        return named.name
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    free = len(positional) > after and positional[after].default is inspect.Parameter.empty
+    return after if free else None
+
+
+def chat_runnable(obj: object) -> bool:
+    """Whether ``obj`` is a LangChain runnable taking ``{"input", "chat_history"}``, by the keys its input
+    schema declares (a runnable that declares none is given the question alone)."""
+    try:
+        schema = obj.input_schema.model_json_schema()  # type: ignore[attr-defined]
+    except Exception:  # no schema, or one pydantic cannot build: nothing declared
+        return False
+    return isinstance(schema, Mapping) and set(schema.get("properties") or ()) >= CHAT_KEYS
+
+
+def messages(question: Question) -> list[dict[str, str]]:
+    """A question's history as a system gets it: ``{role, content}`` dicts, oldest first."""
+    return [{"role": t.role, "content": t.text} for t in question.history]
 
 
 def is_system(obj: object) -> bool:
@@ -177,16 +224,16 @@ class _Call:
         self.limit = asyncio.Semaphore(concurrency)
         self.concurrency = concurrency
 
-    async def __call__(self, *args: Any) -> tuple[Any, float]:
+    async def __call__(self, *args: Any, **kwargs: Any) -> tuple[Any, float]:
         """(the result, seconds it took); exceptions propagate."""
         async with self.limit:
             started = time.perf_counter()
             if self.is_async:
-                result = await self.fn(*args)
+                result = await self.fn(*args, **kwargs)
             elif self.concurrency == 1:
-                result = self.fn(*args)
+                result = self.fn(*args, **kwargs)
             else:
-                result = await asyncio.to_thread(self.fn, *args)
+                result = await asyncio.to_thread(self.fn, *args, **kwargs)
             if inspect.isawaitable(result):
                 result = await result
             return result, time.perf_counter() - started
@@ -215,9 +262,27 @@ class SystemPipeline:
         self._retrieve = _Call(retrieve, concurrency)
         answer = getattr(system, "answer", None) if retrieve is not system else None
         self._answer = _Call(answer, concurrency) if callable(answer) else None
+        invoked = retrieve == getattr(system, "invoke", None)  # a runnable: its input schema says
+        self._retrieve_history: str | int | None = (
+            ("chat" if chat_runnable(system) else None) if invoked else history_parameter(retrieve))
+        self._answer_history = history_parameter(answer, after=2) if callable(answer) else None
         self.searched = 0.0
         self.failed: dict[str, StageError] = {}
         """Questions whose retrieval raised in the last ``rank`` call: failed samples, not fatal."""
+
+    @property
+    def takes_history(self) -> bool:
+        """Whether the system is given each question's history (see the module)."""
+        return self._retrieve_history is not None
+
+    def warn_unheard(self, questions: QuestionSet) -> None:
+        """One warning when the system takes no history and ``questions`` has follow-ups: how many it
+        answers without their conversation."""
+        unheard = sum(q.is_follow_up for q in questions)
+        if unheard and not self.takes_history:
+            logger.warning(
+                "%s takes no history: %d follow-ups are searched and answered without their conversation; "
+                "give its retrieve a history parameter (see 'Your own system')", self.name, unheard)
 
     @property
     def can_answer(self) -> bool:
@@ -242,7 +307,8 @@ class SystemPipeline:
     def rank(self, questions: Sequence[Question]) -> tuple[Ranking, dict[str, np.ndarray]]:
         """Each question's items in the system's order, and its retrieve latency."""
         items = list(questions)
-        results = run_sync(self._gather([(q.question,) for q in items], self._retrieve))
+        results = run_sync(self._gather([_ask(q, (q.question,), self._retrieve_history) for q in items],
+                                        self._retrieve))
         hits: HitLists = {}
         seconds = np.zeros(len(items))
         self.failed = {}
@@ -277,9 +343,9 @@ class SystemPipeline:
         items = list(questions)
         rows = {qid: row for row, qid in enumerate(ranking.question_ids)}
         contexts = [[h.text for h in ranking.hits(rows[q.id]) if h.text] for q in items]
-        results = run_sync(
-            self._gather([(q.question, c) for q, c in zip(items, contexts, strict=True)], self._answer)
-        )
+        results = run_sync(self._gather(
+            [_ask(q, (q.question, c), self._answer_history) for q, c in zip(items, contexts, strict=True)],
+            self._answer))
         out: dict[str, Answer] = {}
         for q, given, (text, took, error) in zip(items, contexts, results, strict=True):
             lang = prompt_language(q.question)
@@ -301,14 +367,31 @@ class SystemPipeline:
 
     @staticmethod
     async def _gather(
-        calls: Sequence[tuple[Any, ...]], method: Callable[..., Awaitable[tuple[Any, float]]]
+        calls: Sequence[Call], method: Callable[..., Awaitable[tuple[Any, float]]]
     ) -> list[tuple[Any, float, BaseException | None]]:
-        async def one(args: tuple[Any, ...]) -> tuple[Any, float, BaseException | None]:
+        async def one(call: Call) -> tuple[Any, float, BaseException | None]:
+            args, kwargs = call
             started = time.perf_counter()
             try:
-                result, took = await method(*args)
+                result, took = await method(*args, **kwargs)
             except Exception as exc:  # the system's own failure: a failed sample
                 return None, time.perf_counter() - started, exc
             return result, took, None
 
         return list(await asyncio.gather(*(one(args) for args in calls)))
+
+
+Call = tuple[tuple[Any, ...], dict[str, Any]]
+"""A method's positional and keyword arguments for one question."""
+
+
+def _ask(q: Question, args: tuple[Any, ...], how: str | int | None) -> Call:
+    """The arguments that ask a system about ``q``: ``args`` alone, its history after them (a position),
+    by keyword (a parameter's name), or as a LangChain chat input (``"chat"``)."""
+    if how is None:
+        return args, {}
+    if how == "chat":
+        return ({"input": q.question, "chat_history": messages(q)},), {}
+    if isinstance(how, int):
+        return (*args, messages(q)), {}
+    return args, {how: messages(q)}

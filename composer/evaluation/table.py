@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from composer.data.ranking import Ranking
-from composer.data.types import Hit, StageError
+from composer.data.types import Hit, Question, StageError
 
 Column = npt.NDArray[np.float64]
 """One value per question; NaN where the question was not scored (or the stage did not run)."""
@@ -40,6 +40,10 @@ class SampleRecord:
     error: StageError | None = None
     context_tokens: int | None = None
     reasons: dict[str, str] = field(default_factory=dict)  # why a judge gave its score, per metric
+    conversation: str | None = None  # its conversation's key (``Question.conversation``); None: stands alone
+    turn: int | None = None  # its position among its conversation's user turns, from 1
+    follow_up: bool = False  # whether it has earlier turns to lean on (``Question.is_follow_up``)
+    searched_query: str | None = None  # what was searched for it, where its conversation changed that
 
 
 @dataclass
@@ -48,7 +52,8 @@ class SampleTable:
 
     ``retrieved`` is a Ranking (hits built on demand) or one hit list per question; ``skipped`` maps a
     metric group to each question's skip reason (None: not skipped); ``errors`` and ``reasons`` are sparse,
-    keyed by row.
+    keyed by row. ``conversations``, ``turns`` and ``follow_ups`` say where each question stands in its
+    conversation (``conversation_columns``); None for a set of lone questions, whose files stay as they were.
     """
 
     question_ids: tuple[str, ...]
@@ -61,6 +66,12 @@ class SampleTable:
     skipped: dict[str, list[str | None]] = field(default_factory=dict)
     errors: dict[int, StageError] = field(default_factory=dict)
     reasons: dict[int, dict[str, str]] = field(default_factory=dict)
+    conversations: tuple[str, ...] | None = None
+    turns: tuple[int, ...] | None = None
+    follow_ups: tuple[bool, ...] | None = None
+    searched: tuple[str, ...] | None = None
+    """The query searched per question (``composer.retrieval.conversation``); None where each searched its
+    own words and none has history."""
 
     def __len__(self) -> int:
         return len(self.question_ids)
@@ -72,6 +83,7 @@ class SampleTable:
         stages = list(dict.fromkeys(stage for r in records for stage in r.latency))
         groups = list(dict.fromkeys(group for r in records for group in r.skipped))
         tokens = [r.context_tokens for r in records]
+        talk = any(r.conversation is not None for r in records)
         return cls(
             question_ids=tuple(r.question_id for r in records),
             questions=tuple(r.question for r in records),
@@ -83,6 +95,11 @@ class SampleTable:
             skipped={group: [r.skipped.get(group) for r in records] for group in groups},
             errors={i: r.error for i, r in enumerate(records) if r.error is not None},
             reasons={i: dict(r.reasons) for i, r in enumerate(records) if r.reasons},
+            conversations=tuple(r.conversation or r.question_id for r in records) if talk else None,
+            turns=tuple(r.turn or 1 for r in records) if talk else None,
+            follow_ups=tuple(r.follow_up for r in records) if talk else None,
+            searched=tuple(r.searched_query or r.question for r in records)
+            if any(r.searched_query is not None for r in records) else None,
         )
 
     def records(self) -> list[SampleRecord]:
@@ -105,6 +122,10 @@ class SampleTable:
                     error=self.errors.get(i),
                     context_tokens=None if tokens is None or (n := tokens[i]) is None else int(n),
                     reasons=dict(self.reasons.get(i, {})),
+                    conversation=None if self.conversations is None else self.conversations[i],
+                    turn=None if self.turns is None else self.turns[i],
+                    follow_up=self.follow_ups is not None and self.follow_ups[i],
+                    searched_query=None if self.searched is None else self.searched[i],
                 )
             )
         return out
@@ -133,6 +154,10 @@ class SampleTable:
             },
             errors={i: e for i, e in self.errors.items() if i < n},
             reasons={i: r for i, r in self.reasons.items() if i < n},
+            conversations=None if self.conversations is None else self.conversations[:n],
+            turns=None if self.turns is None else self.turns[:n],
+            follow_ups=None if self.follow_ups is None else self.follow_ups[:n],
+            searched=None if self.searched is None else self.searched[:n],
         )
 
     def _hits(self, row: int) -> list[Hit]:
@@ -160,6 +185,7 @@ def concat_tables(tables: Sequence[SampleTable]) -> SampleTable:
 
     groups = list(dict.fromkeys(g for t in tables for g in t.skipped))
     has_tokens = any(t.context_tokens is not None for t in tables)
+    talk = any(t.conversations is not None for t in tables)
     return SampleTable(
         question_ids=tuple(q for t in tables for q in t.question_ids),
         questions=tuple(q for t in tables for q in t.questions),
@@ -175,6 +201,27 @@ def concat_tables(tables: Sequence[SampleTable]) -> SampleTable:
         skipped={g: [r for t in tables for r in t.skipped.get(g, [None] * len(t))] for g in groups},
         errors={off + i: e for t, off in zip(tables, offsets, strict=True) for i, e in t.errors.items()},
         reasons={off + i: r for t, off in zip(tables, offsets, strict=True) for i, r in t.reasons.items()},
+        # A batch of lone questions in a conversational set: each its own conversation, a first turn.
+        conversations=tuple(k for t in tables for k in t.conversations or t.question_ids) if talk else None,
+        turns=tuple(p for t in tables for p in t.turns or (1,) * len(t)) if talk else None,
+        follow_ups=tuple(f for t in tables for f in t.follow_ups or (False,) * len(t)) if talk else None,
+        searched=tuple(s for t in tables for s in t.searched or t.questions)
+        if any(t.searched is not None for t in tables) else None,
+    )
+
+
+def conversation_columns(
+    questions: Sequence[Question],
+) -> tuple[tuple[str, ...], tuple[int, ...], tuple[bool, ...]] | None:
+    """Each question's conversation key, turn position (its ``turn``, else one past the user turns of its
+    history) and whether it is a follow-up: ``SampleTable``'s conversation columns. None when no question
+    belongs to a conversation: a set of lone questions keeps its files and summary as they were."""
+    if not any(q.conversation_id is not None or q.turn is not None or q.history for q in questions):
+        return None
+    return (
+        tuple(q.conversation for q in questions),
+        tuple(1 + sum(t.role == "user" for t in q.history) if q.turn is None else q.turn for q in questions),
+        tuple(q.is_follow_up for q in questions),
     )
 
 

@@ -59,7 +59,7 @@ async def _generate(
     on_answer: Callable[[int], None] | None,
 ) -> dict[str, Answer]:
     async def one(q: Question, passages: Sequence[str]) -> tuple[str, Answer]:
-        answer = await generator.agenerate(q.question, passages)
+        answer = await generator.agenerate(q.question, passages, q.history)
         if on_answer is not None:
             on_answer(1)
         return q.id, answer

@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from composer.data.types import Hit
+from composer.data.types import Hit, Turn
 from composer.errors import ConfigError
-from composer.generation.prompts import ANSWER_TEMPLATES, REFUSALS
+from composer.generation.prompts import ANSWER_TEMPLATES, FOLLOW_UP_TEMPLATES, REFUSALS
 from composer.llm.client import LLMClient, Result
-from composer.llm.prompt import PromptLanguage, numbered, prompt_language
+from composer.llm.prompt import PromptLanguage, numbered, prompt_language, transcript
 
 
-def answer_messages(template: str, question: str, contexts: Sequence[str]) -> list[dict[str, str]]:
+def answer_messages(
+    template: str, question: str, contexts: Sequence[str], history: Sequence[Turn] = ()
+) -> list[dict[str, str]]:
     """The request that answers ``question`` from ``contexts`` with ``template``, in the question's
-    language (what a trial sends, and what a cost estimate counts)."""
+    language, the conversation so far (``history``) shown before it: the answer answers what the user
+    said, in the conversation it was said in (what a trial sends, and what a cost estimate counts)."""
     lang = prompt_language(question)
-    passages = [" ".join(c.split()) for c in contexts]
-    return ANSWER_TEMPLATES[template][lang].messages(contexts=numbered(passages), question=question)
+    passages = numbered([" ".join(c.split()) for c in contexts])
+    if history:
+        return FOLLOW_UP_TEMPLATES[template][lang].messages(
+            contexts=passages, conversation=transcript(history, lang), question=question
+        )
+    return ANSWER_TEMPLATES[template][lang].messages(contexts=passages, question=question)
 
 
 @dataclass(frozen=True)
@@ -80,14 +87,35 @@ class Generator:
         self.client = client
         self.template = template
 
-    def messages(self, question: str, contexts: Sequence[str]) -> list[dict[str, str]]:
-        return answer_messages(self.template, question, contexts)
+    def messages(self, question: str, contexts: Sequence[str], history: Sequence[Turn] = ()
+                 ) -> list[dict[str, str]]:
+        return answer_messages(self.template, question, contexts, history)
 
-    async def agenerate(self, question: str, contexts: Sequence[str]) -> Answer:
+    async def agenerate(self, question: str, contexts: Sequence[str], history: Sequence[Turn] = ()) -> Answer:
         lang = prompt_language(question)
         given = tuple(c for c in contexts if c.strip())
         if not given:
             return Answer(REFUSALS[lang], lang, None)  # nothing to ground an answer in: no call to pay for
-        result = await self.client.acomplete(self.messages(question, given))
+        result = await self.client.acomplete(self.messages(question, given, history))
         text = result.text.strip() if result.ok and result.text is not None else None
         return Answer(text, lang, result, given)
+
+    async def astream(
+        self, question: str, contexts: Sequence[str], history: Sequence[Turn] = ()
+    ) -> AsyncIterator[str | Answer]:
+        """``agenerate``'s answer as the LLM writes it (``LLMClient.astream``): the text's pieces, then the
+        Answer, whose text is the pieces joined and stripped (None, ``result`` saying why, when the call
+        failed, even midway)."""
+        lang = prompt_language(question)
+        given = tuple(c for c in contexts if c.strip())
+        if not given:
+            yield REFUSALS[lang]
+            yield Answer(REFUSALS[lang], lang, None)
+            return
+        stream = self.client.astream(self.messages(question, given, history))
+        async for piece in stream:
+            yield piece
+        result = stream.result
+        assert result is not None, "a stream that ended has its result"
+        text = result.text.strip() if result.ok and result.text is not None else None
+        yield Answer(text, lang, result, given)

@@ -2,7 +2,8 @@
 
 The answer templates demand grounding in the numbered passages and a fixed refusal sentence when they do
 not hold the answer; each refusal is one that ``composer.metrics.is_refusal`` recognises, so refusals are
-counted (answer_refusal_rate, refusal_accuracy) instead of graded as wrong answers.
+counted (answer_refusal_rate, refusal_accuracy) instead of graded as wrong answers. A follow-up's prompt
+shows the conversation so far, fenced as data like the passages, before the question it leans on.
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ _ANSWER_USER: dict[PromptLanguage, str] = {
     "fa": "متن:\n$contexts\n\nپرسش: $question\nپاسخ:",
     "en": "Context:\n$contexts\n\nQuestion: $question\nAnswer:",
 }
+
+_CONVERSATION_USER: dict[PromptLanguage, str] = {
+    "ar": "السياق:\n$contexts\n\nالمحادثة حتى الآن:\n$conversation\n\nالسؤال: $question\nالإجابة:",
+    "fa": "متن:\n$contexts\n\nگفت‌وگو تا اینجا:\n$conversation\n\nپرسش: $question\nپاسخ:",
+    "en": "Context:\n$contexts\n\nConversation so far:\n$conversation\n\nQuestion: $question\nAnswer:",
+}
+"""A follow-up's user message. The field is ``conversation``: ``history`` is kept for users' templates."""
 
 _GROUNDED: dict[PromptLanguage, str] = {
     "ar": (
@@ -63,20 +71,27 @@ _CONCISE: dict[PromptLanguage, str] = {
 }
 
 
-def _answer_templates(systems: dict[PromptLanguage, str]) -> Localized:
-    """The templates of ``systems``, their passages and question fenced as untrusted data."""
+def _answer_templates(systems: dict[PromptLanguage, str], users: dict[PromptLanguage, str]) -> Localized:
+    """The templates of ``systems``, their passages, conversation and question fenced as untrusted data."""
     return fenced(
         {
-            lang: PromptTemplate(systems[lang].replace("$refusal", REFUSALS[lang]), _ANSWER_USER[lang])
+            lang: PromptTemplate(systems[lang].replace("$refusal", REFUSALS[lang]), users[lang])
             for lang in systems
         },
         "contexts",
+        "conversation",
         "question",
     )
 
 
 ANSWER_TEMPLATES: dict[str, Localized] = {
-    "grounded": _answer_templates(_GROUNDED),
-    "concise": _answer_templates(_CONCISE),
+    "grounded": _answer_templates(_GROUNDED, _ANSWER_USER),
+    "concise": _answer_templates(_CONCISE, _ANSWER_USER),
 }
 """Answer prompt templates by name: a search-space dimension (``generation.template``)."""
+
+FOLLOW_UP_TEMPLATES: dict[str, Localized] = {
+    "grounded": _answer_templates(_GROUNDED, _CONVERSATION_USER),
+    "concise": _answer_templates(_CONCISE, _CONVERSATION_USER),
+}
+"""The same templates for a question with history: the conversation so far before the question."""

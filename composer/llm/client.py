@@ -24,7 +24,7 @@ import random
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -166,7 +166,73 @@ class LLMClient:
         """The sync facade for batch use: all calls concurrently, within the concurrency bound."""
         return run_sync(self.acomplete_many(batch, validate=validate, **params))
 
+    def astream(self, messages: Messages, **params: Any) -> ReplyStream:
+        """One chat completion streamed: iterate the returned ``ReplyStream`` for the text as the provider
+        sends it; its ``result`` (text, tokens, or why it failed) is set once the iteration ends.
+
+        Counted, bounded and redacted as ``acomplete`` is. A failure before the first piece is retried as
+        there; after it, the stream ends and ``result`` says why (what was sent cannot be taken back, nor
+        repaired). A reply is cached once it is whole and usable, under ``acomplete``'s key, and a cached one
+        comes as a single piece: a streamed answer and a plain one share the cache.
+        """
+        return ReplyStream(self._stream(list(messages), {**self.config.call_params(), **params}))
+
     # -- internals --
+
+    async def _stream(self, messages: list[Message], params: dict[str, Any]) -> AsyncIterator[str | Result]:
+        """``astream``'s pieces, then its Result as the last item."""
+        cfg = self.config
+        key = cache_key(cfg.model, cfg.api_base, messages, params)
+        started = time.perf_counter()
+        hit = self._cached(key, messages, params, None)
+        if hit is not None:
+            self._record_call(cached=True, failed=None)
+            yield hit.text
+            yield Result(hit.text, cached=True, prompt_tokens=hit.prompt_tokens,
+                         completion_tokens=hit.completion_tokens, cost=0.0,
+                         latency=time.perf_counter() - started)
+            return
+        load_litellm()
+        streaming = {**params, "stream": True, "stream_options": {"include_usage": True}}
+        attempt = 0
+        pieces: list[str] = []
+        while True:
+            attempt += 1
+            counted: Any = None  # the chunk that carries the reply's usage
+            try:
+                async with self._semaphore():
+                    await self._wait_cooldown()
+                    with sending(self._usages()):
+                        stream = await asyncio.wait_for(self._request(messages, streaming), cfg.timeout + 5.0)
+                        async for chunk in stream:
+                            counted = chunk if getattr(chunk, "usage", None) else counted
+                            piece = _delta(chunk)
+                            if piece:
+                                pieces.append(piece)
+                                yield piece
+                text = "".join(pieces)
+                _check_text(text, messages, params, None)
+            except Exception as exc:
+                kind = classify(exc)
+                reached = bool(pieces) or reached_provider(exc, kind)
+                self._record_failed_attempt(kind, *(self._tokens(messages, counted, "".join(pieces))
+                                                    if reached else ()))
+                if pieces or kind not in RETRYABLE or attempt > cfg.max_retries or unusable(exc) is not None:
+                    self._record_call(cached=False, failed=kind)
+                    yield Result(None, kind, _describe(exc), attempts=attempt,
+                                 latency=time.perf_counter() - started)
+                    return
+                await asyncio.sleep(self._delay(kind, attempt, exc))
+                continue
+            prompt_tokens, completion_tokens, cost, estimated = self._tokens(messages, counted, text)
+            for u in self._usages():
+                u.record_request(prompt_tokens, completion_tokens, cost, estimated=estimated)
+            if self.cache is not None:
+                self.cache.put(key, cfg.model, CachedReply(text, prompt_tokens, completion_tokens, cost))
+            self._record_call(cached=False, failed=None)
+            yield Result(text, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost=cost,
+                         attempts=attempt, latency=time.perf_counter() - started)
+            return
 
     def _cached(
         self, key: str, messages: Messages, params: Mapping[str, Any], validate: Validator | None
@@ -327,6 +393,31 @@ class LLMClient:
     def _record_call(self, *, cached: bool, failed: FailureKind | None) -> None:
         for u in self._usages():
             u.record_call(cached=cached, failed=failed)
+
+
+class ReplyStream:
+    """A streamed reply (``LLMClient.astream``): async-iterate it for the text's pieces; ``result`` is the
+    call's Result once the iteration has ended (None before)."""
+
+    def __init__(self, items: AsyncIterator[str | Result]) -> None:
+        self._items = items
+        self.result: Result | None = None
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        async for item in self._items:
+            if isinstance(item, Result):
+                self.result = item
+            else:
+                yield item
+
+
+def _delta(chunk: Any) -> str:
+    """The text a streamed chunk adds (empty for the role, usage and finish chunks)."""
+    try:
+        content = chunk.choices[0].delta.content
+    except (AttributeError, IndexError, TypeError):
+        return ""
+    return content if isinstance(content, str) else ""
 
 
 def _reply(response: Any) -> str:

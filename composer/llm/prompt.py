@@ -13,9 +13,12 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from string import Template
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from composer.text import detect_language
+
+if TYPE_CHECKING:
+    from composer.data.types import Turn
 
 PromptLanguage = Literal["ar", "fa", "en"]
 PROMPT_LANGUAGES: tuple[PromptLanguage, ...] = ("ar", "fa", "en")
@@ -100,6 +103,19 @@ def fenced(
     return {
         lang: replace(t, system=f"{t.system} {UNTRUSTED[lang]}", data=data) for lang, t in templates.items()
     }
+
+
+SPEAKERS: dict[PromptLanguage, dict[str, str]] = {
+    "ar": {"user": "المستخدم", "assistant": "المساعد"},
+    "fa": {"user": "کاربر", "assistant": "دستیار"},
+    "en": {"user": "User", "assistant": "Assistant"},
+}
+"""Who said a turn, as a transcript names them in each prompt language."""
+
+
+def transcript(turns: Sequence[Turn], lang: PromptLanguage) -> str:
+    """A conversation's turns as "User: ..." lines, oldest first: what a prompt fences as the history."""
+    return "\n".join(f"{SPEAKERS[lang][t.role]}: {' '.join(t.text.split())}" for t in turns)
 
 
 def numbered(items: Sequence[str], *, brackets: bool = True) -> str:

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 
 from composer.llm.usage import Usage, track_usage
 
-PURPOSES: tuple[str, ...] = ("preflight", "synth", "trial", "selection", "held_out", "eval")
+PURPOSES: tuple[str, ...] = (
+    "preflight", "synth", "trial", "conversation_rewrite", "selection", "held_out", "eval"
+)
 """The purposes, in the order a run sends them (and reports them)."""
 SHOWN = ("llm_calls", "llm_requests", "llm_cost_usd")
 """The counters reported per purpose (``llm_calls_<purpose>``...): the rest stay in the totals."""

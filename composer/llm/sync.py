@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import queue
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -55,6 +56,36 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         if tasks and not tasks[0].done():
             loop.call_soon_threadsafe(tasks[0].cancel)  # Ctrl-C: stop the calls we no longer wait for
         raise
+
+
+def iterate_sync(items: AsyncIterator[T]) -> Iterator[T]:
+    """``items`` consumed on the background loop in one task (its context variables hold across items),
+    each handed to the synchronous caller as it comes; a caller that stops early cancels the task."""
+    handoff: queue.Queue[tuple[str, Any]] = queue.Queue()
+
+    async def pump() -> None:
+        try:
+            async for item in items:
+                handoff.put(("item", item))
+        except BaseException as exc:
+            handoff.put(("error", exc))
+            raise
+        handoff.put(("end", None))
+
+    loop = _background_loop()
+    tasks: list[asyncio.Task[None]] = []
+    loop.call_soon_threadsafe(lambda: tasks.append(loop.create_task(pump())),
+                              context=contextvars.copy_context())
+    try:
+        while True:
+            kind, value = handoff.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        loop.call_soon_threadsafe(lambda: [t.cancel() for t in tasks])
 
 
 def _settle(task: asyncio.Task[T], result: concurrent.futures.Future[T]) -> None:

@@ -25,6 +25,8 @@ DIRECTIONS: dict[str, Direction] = {
     "faithfulness_overlap": "higher",
     "refusal_accuracy": "higher",
     "answer_refusal_rate": "lower",
+    # the conversation stage's rewrite against the gold standalone question
+    "rewrite_similarity": "higher",
     # LLM judges
     "answer_correctness": "higher",
     "faithfulness": "higher",

@@ -28,14 +28,14 @@ def memoized_answers(
     on_answer: AnswerHook | None = None,
 ) -> dict[str, Answer]:
     """Question id -> Answer from the question's top ``generation.max_contexts`` chunks in ``ranking``
-    (see ``Pipeline.answer``), looked up in ``memo`` per (answerer, question, contexts) first; a new
+    (see ``Pipeline.answer``), looked up in ``memo`` per (answerer, question, history, contexts) first; a new
     answer that did not fail is kept there."""
     items = list(questions)
     rows = {qid: row for row, qid in enumerate(ranking.question_ids)}
     limit = generation.max_contexts
     contexts = [tuple(contexts_for(ranking.hits(rows[q.id]), limit)) for q in items]
     answerer = generation.model_dump_json(exclude={"api_key_env", "max_contexts"})
-    slots = [(answerer, q.question, c) for q, c in zip(items, contexts, strict=True)]
+    slots = [(answerer, q.question, q.history, c) for q, c in zip(items, contexts, strict=True)]
     out = {q.id: memo[s] for q, s in zip(items, slots, strict=True) if s in memo}
     todo = [(q, c, s) for q, c, s in zip(items, contexts, slots, strict=True) if q.id not in out]
     if out and on_answer is not None:

@@ -17,7 +17,13 @@ from composer.embedding.config import EmbeddingConfig
 from composer.errors import ConfigError, config_error
 from composer.generation.config import GenerationConfig
 from composer.llm.config import LLMConfig
-from composer.retrieval.config import BM25_SETTINGS, QueryExpansionConfig, RerankConfig, RetrievalConfig
+from composer.retrieval.config import (
+    BM25_SETTINGS,
+    ConversationConfig,
+    QueryExpansionConfig,
+    RerankConfig,
+    RetrievalConfig,
+)
 from composer.settings import Strict
 from composer.yamlfile import read_yaml
 
@@ -34,6 +40,7 @@ class PipelineConfig(Strict):
         embedding: The dense embedding model.
         retrieval: BM25, dense or hybrid search and its ``k``.
         rerank: An optional reranker.
+        conversation: How a follow-up's history shapes what is searched (query time: never the index key).
         query_expansion: Optional LLM query rewriting.
         generation: The answering LLM (``model`` None: retrieval only).
 
@@ -48,6 +55,11 @@ class PipelineConfig(Strict):
     embedding: EmbeddingConfig = EmbeddingConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
     rerank: RerankConfig = RerankConfig()
+    # Left out of a config's dict at its default, so configurations hashed before the section existed keep
+    # their identity (a resumed study does not re-run them).
+    conversation: ConversationConfig = Field(
+        default=ConversationConfig(), exclude_if=lambda section: section == ConversationConfig()
+    )
     query_expansion: QueryExpansionConfig = QueryExpansionConfig()
     generation: GenerationConfig = Field(default=GenerationConfig(), validate_default=True)
 
@@ -58,6 +70,11 @@ class PipelineConfig(Strict):
         if generation.model is not None:
             return generation
         expansion, rerank = info.data.get("query_expansion"), info.data.get("rerank")
+        conversation = info.data.get("conversation")
+        if conversation is not None and conversation.rewrite == "llm" and conversation.model is None:
+            raise ValueError(
+                "conversation rewrite 'llm' needs an LLM: set generation.model or conversation.model"
+            )
         if expansion is not None and expansion.method != "none":
             raise ValueError(f"query_expansion '{expansion.method}' needs an LLM: set generation.model")
         if rerank is not None and rerank.method == "llm" and rerank.model is None:
@@ -70,8 +87,8 @@ class PipelineConfig(Strict):
         return self.retrieval.mode != "bm25"
 
     def index_settings(self) -> dict[str, Any]:
-        """Settings that shape the index; everything else (retrieval, rerank, query expansion and
-        generation) is query time and free to vary over one index."""
+        """Settings that shape the index; everything else (retrieval, rerank, conversation, query expansion
+        and generation) is query time and free to vary over one index."""
         from composer.index.bm25 import SCHEME  # a new token scheme must never reuse an old collection
 
         # Without boundaries the key is the one it was before ``respect`` existed: indexes stay reused.

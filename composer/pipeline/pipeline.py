@@ -1,5 +1,5 @@
 """A configured RAG pipeline: corpus -> chunks -> cached embeddings -> Qdrant index; then per question
-[query expansion] -> branch candidates -> [fusion] -> [rerank] -> ranked chunks -> answer.
+[conversation] -> [query expansion] -> branch candidates -> [fusion] -> [rerank] -> ranked chunks -> answer.
 
 Every stage's result is memoized in the process's ``Workspace`` on exactly the settings it depends on, so
 the pipelines of a study's trials share whatever they have in common, and ``composer eval --config`` runs
@@ -15,11 +15,11 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from composer.chunking.chunk import Chunk
 from composer.data.ranking import Ranking
-from composer.data.types import Corpus, Hit, HitLists, Question
+from composer.data.types import Corpus, Hit, HitLists, Question, StageError
 from composer.embedding import CachedEmbedder
 from composer.errors import ComposerError
 from composer.generation import Answer, Generator
@@ -28,18 +28,15 @@ from composer.index.bm25 import Progress
 from composer.llm import LLMClient, LLMConfig, helper_config
 from composer.pipeline.answers import AnswerHook, memoized_answers
 from composer.pipeline.config import PipelineConfig, load_pipeline_config
-from composer.pipeline.indexing import IndexHandle, SaveTo, open_or_build
-from composer.pipeline.reopening import open_saved, reopen_newest
+from composer.pipeline.indexing import IndexHandle
+from composer.pipeline.reopening import open_or_build_for, reopen_newest
 from composer.pipeline.saved import SAVED_DIR
 from composer.pipeline.searches import index_branches
 from composer.pipeline.workspace import Workspace, shared_embedder
 from composer.retrieval import Reranker, make_reranker
-from composer.retrieval.config import BM25_SETTINGS
+from composer.retrieval.conversation import ConversationStage, HistoryLike, history_turns
 from composer.retrieval.expansion import QueryExpander
 from composer.retrieval.retriever import Latency, Retriever
-
-if TYPE_CHECKING:
-    from composer.data.types import StageError
 
 logger = logging.getLogger(__name__)
 
@@ -181,31 +178,9 @@ class Pipeline:
         dense = self.config.needs_dense_index
         identity = self.embedder.identity if dense else None
         key = self.config.index_key(corpus.fingerprint(), identity)
-        handle = self.workspace.indexes.get(key)
-        reused = True
-        if handle is None:
-            opened = open_saved(self.workspace, key, self.config.index_settings(), rebuildable=True,
-                                spill=self.workspace.workdir / SCRATCH, progress=self.progress)
-            if opened is not None:
-                handle, reused = opened
-        if handle is None:
-            chunks = self.workspace.chunks(corpus, self.config.chunking)
-            titles = [doc.title if (doc := corpus.get(c.doc_id)) is not None else "" for c in chunks]
-            record = {"settings": self.config.index_settings(), "corpus": corpus.fingerprint(),
-                      "embedder": identity, "n_documents": len(corpus)}
-            handle, reused = open_or_build(
-                self.workspace.backend,
-                key,
-                chunks,
-                titles=titles,
-                bm25_options=self.config.retrieval.model_dump(include=set(BM25_SETTINGS)),
-                settings=self.config.index_settings(),
-                embedder=self.embedder if dense else None,
-                progress=self.progress,
-                spill=self.workspace.workdir / SCRATCH,
-                save=SaveTo(self.saved_indexes / key, record),
-            )
-            self.workspace.indexes[key] = handle
+        embedder = self.embedder if dense else None
+        handle, reused = open_or_build_for(self.workspace, self.config, key, corpus, embedder,
+                                           spill=self.workspace.workdir / SCRATCH, progress=self.progress)
         self._use(handle)
         after = self.cache_stats
         return IndexInfo(
@@ -245,12 +220,20 @@ class Pipeline:
         """Top ``retrieval.k`` hits per question, after reranking. ``questions`` may be any iterable."""
         return self.rank(questions)[0].to_hit_lists()
 
-    def search(self, query: str, k: int | None = None) -> list[Hit]:
+    @property
+    def searched_queries(self) -> dict[str, str]:
+        """Question id -> the query searched for it in the last ``rank`` call (``SearchedQuery.text``)."""
+        searched = self._retriever.searched if self._retriever is not None else {}
+        return {qid: q.text for qid, q in searched.items()}
+
+    def search(self, query: str, k: int | None = None, *, history: HistoryLike | None = None) -> list[Hit]:
         """Ranked chunks for one query string, best first.
 
         Args:
             query: The text to search for.
             k: How many hits (default: the config's ``retrieval.k``).
+            history: The conversation's earlier turns, oldest first (``Turn``s or ``{role, text}`` /
+                ``{role, content}`` messages): searched as the ``conversation:`` section says.
 
         Returns:
             The hits: id, score, text and doc_id.
@@ -260,14 +243,17 @@ class Pipeline:
 
                 [h.doc_id for h in pipe.search("متى ولد جمال خاشقجي؟", k=3)]
         """
-        return self._at(k).retrieve([Question(id="query", question=query)])["query"]
+        q = Question(id="query", question=query, history=history_turns(history))
+        return self._at(k).retrieve([q])["query"]
 
-    async def asearch(self, query: str, k: int | None = None) -> list[Hit]:
+    async def asearch(self, query: str, k: int | None = None, *, history: HistoryLike | None = None
+                      ) -> list[Hit]:
         """``search`` without blocking the caller's event loop (it runs in a thread).
 
         Args:
             query: The text to search for.
             k: How many hits (default: the config's ``retrieval.k``).
+            history: The conversation's earlier turns, as ``search`` takes them.
 
         Returns:
             The hits, as ``search`` returns them.
@@ -277,13 +263,15 @@ class Pipeline:
 
                 hits = await pipe.asearch("متى ولد جمال خاشقجي؟")
         """
-        return await asyncio.to_thread(self.search, query, k)
+        return await asyncio.to_thread(self.search, query, k, history=history)
 
-    def ask(self, question: str) -> Answer:
+    def ask(self, question: str, *, history: HistoryLike | None = None) -> Answer:
         """Retrieve, then answer ``question`` from its top ``generation.max_contexts`` chunks.
 
         Args:
             question: The question's text.
+            history: The conversation's earlier turns, oldest first (``Turn``s or ``{role, text}`` /
+                ``{role, content}`` messages): searched as ``conversation:`` says, shown to the answerer.
 
         Returns:
             The answer's ``text`` (None if generation failed; ``result`` says why), ``contexts``, ``hits``
@@ -295,7 +283,7 @@ class Pipeline:
                 answer = pipe.ask("من هو جمال أحمد حمزة خاشقجي؟")
                 print(answer.text, answer.citations)
         """
-        q = Question(id="question", question=question)
+        q = Question(id="question", question=question, history=history_turns(history))
         ranking, _ = self.rank([q])
         answer = self.answer([q], ranking)[q.id]
         hits = tuple(ranking.hits(0))
@@ -311,11 +299,12 @@ class Pipeline:
     def _chunk_by_id(self) -> dict[str, Chunk]:
         return {c.id: c for c in self._chunks}
 
-    async def aask(self, question: str) -> Answer:
+    async def aask(self, question: str, *, history: HistoryLike | None = None) -> Answer:
         """``ask`` without blocking the caller's event loop (it runs in a thread).
 
         Args:
             question: The question's text.
+            history: The conversation's earlier turns, as ``ask`` takes them.
 
         Returns:
             The answer, as ``ask`` returns it.
@@ -325,7 +314,7 @@ class Pipeline:
 
                 answer = await pipe.aask("من هو جمال أحمد حمزة خاشقجي؟")
         """
-        return await asyncio.to_thread(self.ask, question)
+        return await asyncio.to_thread(self.ask, question, history=history)
 
     def _at(self, k: int | None) -> Pipeline:
         """This pipeline, or (for another ``k``) a twin sharing its index and every cache."""
@@ -356,8 +345,16 @@ class Pipeline:
                 expander=self.expander,
                 rrf_k_expansion=cfg.retrieval.rrf_k,
                 floor=self.workspace.depth,
+                conversation=self.conversation,
             )
         return self._retriever
+
+    @property
+    def conversation(self) -> ConversationStage:
+        """The ``conversation:`` stage: what each question searches, given its history."""
+        cfg = self.config.conversation
+        llm = self._helper_llm(cfg.model) if cfg.rewrite == "llm" else None
+        return ConversationStage(cfg, llm, memo=self.workspace.rewrites)
 
     @property
     def reranker(self) -> Reranker:
@@ -386,8 +383,9 @@ class Pipeline:
 
     @property
     def failed(self) -> Mapping[str, StageError]:
-        """Never a failed retrieval: an index search that fails is an error of the run, not a sample."""
-        return {}
+        """The questions of the last ``rank`` whose conversation rewrite failed (searched by ``concat``);
+        an index search that fails is an error of the run, not a sample."""
+        return self._retriever.failed if self._retriever is not None else {}
 
     @property
     def generator_model(self) -> str | None:
@@ -401,11 +399,12 @@ class Pipeline:
         return f"llm:{model}" if model else "extractive"
 
     def batched(self, answering: bool) -> bool:
-        """Whether ranking or answering calls an LLM (expansion, LLM reranking, generation): scored batch
-        by batch then, so a pruner can stop a poor trial before it pays for the rest."""
+        """Whether ranking or answering calls an LLM (rewrite, expansion, LLM reranking, generation): scored
+        batch by batch then, so a pruner can stop a poor trial before it pays for the rest."""
         cfg = self.config
         return (
-            cfg.query_expansion.method != "none"
+            cfg.conversation.rewrite == "llm"
+            or cfg.query_expansion.method != "none"
             or cfg.rerank.method == "llm"
             or (answering and cfg.generation.model is not None)
         )
@@ -431,24 +430,22 @@ class Pipeline:
         max_failures: int | None = None,
         on_answer: AnswerHook | None = None,
     ) -> dict[str, Answer]:
-        """Question id -> Answer from the question's top ``generation.max_contexts`` chunks in ``ranking``:
-        the LLM generator when ``generation.model`` is set, else the offline extractive answerer. Each
-        Answer carries the contexts it was given. A failed generation is an Answer with ``text`` None and
-        the failure in ``result``, never an exception; past ``max_failures`` failed answers the remaining
-        calls are cancelled (see ``answer_questions``). Answers are memoized per (answerer, question,
-        contexts): a trial that retrieved what an earlier one did answers without a call
-        (``composer.pipeline.answers``)."""
+        """Question id -> Answer from the question's top ``generation.max_contexts`` chunks in ``ranking``,
+        by the LLM generator (``generation.model``) or the offline extractive answerer, memoized (see
+        ``composer.pipeline.answers.memoized_answers``). A failed generation: an Answer with ``text`` None."""
         return memoized_answers(questions, ranking, self.config.generation, self.generator,
                                 self.workspace.answers, max_failures=max_failures, on_answer=on_answer)
 
     def _helper_llm(self, model: str | None = None) -> LLMClient:
-        """The client for query expansion and LLM reranking: ``model`` (default the generator's) at
-        temperature 0, so every trial asking the same shares the cached reply whatever its answer
-        temperature."""
+        """The client for conversation rewrites, query expansion and LLM reranking: ``model`` (default the
+        generator's) at temperature 0, so every trial asking the same shares the cached reply whatever its
+        answer temperature."""
         base = self.generator_llm or self.llm
         config = helper_config(base, model)
         if config is None:
-            raise ComposerError("query expansion and LLM reranking need an LLM: set generation.model")
+            raise ComposerError(
+                "LLM rewrites, query expansion and LLM reranking need an LLM: set generation.model"
+            )
         return self.workspace.client(config)
 
     # -- frameworks ------------------------------------------------------------------------------

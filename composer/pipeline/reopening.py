@@ -1,5 +1,5 @@
 """Opening the indexes a work dir saved (``composer.pipeline.saved``), without the corpus: one by its key,
-or the newest saved for a configuration."""
+or the newest saved for a configuration; and the index of a corpus, reopened or built."""
 
 from __future__ import annotations
 
@@ -8,11 +8,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from composer.data.types import Corpus
+from composer.embedding import CachedEmbedder
 from composer.index.base import IndexDamaged
 from composer.index.bm25 import Progress
-from composer.pipeline.indexing import IndexHandle, open_built
+from composer.pipeline.config import PipelineConfig
+from composer.pipeline.indexing import IndexHandle, SaveTo, open_built, open_or_build
 from composer.pipeline.saved import SAVED_DIR, find_saved, load_index, missing_index
 from composer.pipeline.workspace import Workspace
+from composer.retrieval.config import BM25_SETTINGS
 
 logger = logging.getLogger(__name__)
 
@@ -64,3 +68,30 @@ def reopen_newest(
             raise missing_index(saved, settings)
         handle = opened[0]
     return handle
+
+
+def open_or_build_for(
+    workspace: Workspace, config: PipelineConfig, key: str, corpus: Corpus, embedder: CachedEmbedder | None,
+    *, spill: Path, progress: Progress | None = None,
+) -> tuple[IndexHandle, bool]:
+    """Index ``key`` of ``corpus`` (what ``Pipeline.index`` opens): the one open in this process, else
+    reopened from what its build saved, else built now; and whether its collection was reused."""
+    handle = workspace.indexes.get(key)
+    if handle is not None:
+        return handle, True
+    opened = open_saved(workspace, key, config.index_settings(), rebuildable=True, spill=spill,
+                        progress=progress)
+    if opened is not None:
+        return opened
+    chunks = workspace.chunks(corpus, config.chunking)
+    titles = [doc.title if (doc := corpus.get(c.doc_id)) is not None else "" for c in chunks]
+    record = {"settings": config.index_settings(), "corpus": corpus.fingerprint(),
+              "embedder": embedder.identity if embedder is not None else None, "n_documents": len(corpus)}
+    handle, reused = open_or_build(
+        workspace.backend, key, chunks, titles=titles,
+        bm25_options=config.retrieval.model_dump(include=set(BM25_SETTINGS)),
+        settings=config.index_settings(), embedder=embedder, progress=progress, spill=spill,
+        save=SaveTo(workspace.workdir / SAVED_DIR / key, record),
+    )
+    workspace.indexes[key] = handle
+    return handle, reused

@@ -1,5 +1,6 @@
 """The searches of an open index, as the retriever's branches: Qdrant finds the candidates, the handle's
-exact vectors score them (see ``composer.pipeline.indexing``), and HyDE's passages shape the dense query."""
+exact vectors score them (see ``composer.pipeline.indexing``); a searched query's weighted parts
+(``composer.retrieval.conversation``) and HyDE's passages shape the query vectors."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import numpy as np
 
 from composer.embedding import CachedEmbedder
 from composer.index import VectorIndex
+from composer.index.bm25 import SparseVector
 from composer.pipeline.indexing import IndexHandle
 from composer.retrieval.candidates import Search
+from composer.retrieval.conversation import SearchedQuery
 from composer.retrieval.expansion import Expansion
 from composer.retrieval.retriever import Branches
 
@@ -24,8 +27,8 @@ def index_branches(handle: IndexHandle, backend: VectorIndex, embedder: CachedEm
     ``handle.dim`` None) only the BM25 one."""
     points, exact = handle.points, handle.exact
 
-    def bm25(texts: list[str], depth: int) -> list[list[tuple[int, float]]]:
-        queries = handle.bm25.encode_queries(texts, exact.column)
+    def bm25(searched: list[SearchedQuery], depth: int) -> list[list[tuple[int, float]]]:
+        queries = sparse_queries(handle, searched)
         found = backend.search_bm25(handle.key, queries, depth)
         out = [_rescored(exact.rescore_bm25(q, items := [points[pid] for pid, _ in hits]), items)
                for q, hits in zip(queries, found, strict=True)]
@@ -42,20 +45,61 @@ def index_branches(handle: IndexHandle, backend: VectorIndex, embedder: CachedEm
         exact.release()
         return out
 
-    def dense(texts: list[str], depth: int) -> list[list[tuple[int, float]]]:
-        return search_dense(embedder.encode_queries(texts), depth)
+    def dense(searched: list[SearchedQuery], depth: int) -> list[list[tuple[int, float]]]:
+        return search_dense(query_vectors(embedder, searched), depth)
 
-    def hyde(expansions: Sequence[Expansion]) -> Search:
-        by_key = {"\x00".join((e.question, *e.passages)): e for e in expansions}
+    def hyde(pairs: Sequence[tuple[SearchedQuery, Expansion]]) -> Search:
+        by_key = {"\x00".join((q.key, *e.passages)): (q, e) for q, e in pairs}
         return lambda keys, depth: search_dense(hyde_vectors(embedder, [by_key[k] for k in keys]), depth)
 
     slot = (handle.key, "dense", embedder.query_prefix)
     return Branches(handle.table, slot, (handle.key, "bm25"), dense, bm25, hyde)
 
 
-def hyde_vectors(embedder: CachedEmbedder, expansions: Sequence[Expansion]) -> np.ndarray:
-    """HyDE: the mean of the question's vector and its hypothetical passages' vectors, unit length."""
-    vectors = np.array(embedder.encode_queries([e.question for e in expansions]), dtype=np.float32)
+def sparse_queries(handle: IndexHandle, searched: Sequence[SearchedQuery]) -> list[SparseVector]:
+    """BM25 query vectors: each part's tokens weighted by its share (a token in several parts sums their
+    shares); a plain query is 1.0 per token, as ``Bm25Encoder.encode_queries`` makes it."""
+    parts = [text for q in searched for text, _ in q.parts]
+    encoded = iter(handle.bm25.encode_queries(parts, handle.exact.column))
+    out = []
+    for q in searched:
+        if not q.weighted:
+            out.append(next(encoded))
+            continue
+        weights: dict[int, float] = {}
+        for _, share in q.parts:
+            for token in next(encoded).indices:
+                weights[token] = weights.get(token, 0.0) + share
+        tokens = sorted(weights)
+        out.append(SparseVector(tokens, [weights[t] for t in tokens]))
+    return out
+
+
+def query_vectors(embedder: CachedEmbedder, searched: Sequence[SearchedQuery]) -> np.ndarray:
+    """Dense query vectors: a plain query's own; a weighted one's, the unit-length sum of its parts' unit
+    vectors, each scaled by its share (every part is embedded as a query, through the cache)."""
+    parts = [text for q in searched for text, _ in q.parts]
+    encoded = np.array(embedder.encode_queries(parts), dtype=np.float32)
+    if not any(q.weighted for q in searched):
+        return encoded
+    vectors = np.zeros((len(searched), encoded.shape[1]), dtype=np.float32)
+    row = 0
+    for i, q in enumerate(searched):
+        own = encoded[row: row + len(q.parts)]
+        row += len(q.parts)
+        if not q.weighted:
+            vectors[i] = own[0]
+            continue
+        units = own / np.maximum(np.linalg.norm(own, axis=1, keepdims=True), 1e-12)
+        mixed = (units * np.array([share for _, share in q.parts], dtype=np.float32)[:, None]).sum(axis=0)
+        vectors[i] = mixed / (np.linalg.norm(mixed) or 1.0)
+    return vectors
+
+
+def hyde_vectors(embedder: CachedEmbedder, pairs: Sequence[tuple[SearchedQuery, Expansion]]) -> np.ndarray:
+    """HyDE: the mean of the searched query's vector and its hypothetical passages' vectors, unit length."""
+    vectors = query_vectors(embedder, [q for q, _ in pairs])
+    expansions = [e for _, e in pairs]
     passages = [p for e in expansions for p in e.passages]
     if passages:
         encoded = iter(embedder.encode_passages(passages))

@@ -4,7 +4,8 @@ memoized results.
 A study builds one pipeline per trial; a trial must pay only for what no earlier trial of the process
 computed. Each stage is memoized here on exactly the settings it depends on: chunks per (corpus,
 chunking), an open index per index key, branch candidates per (index key, branch, query settings) and
-query, expansions per (expansion settings, question), answers per (answer settings, question, contexts).
+query, standalone rewrites per (model, follow-up, history), expansions per (expansion settings,
+question), answers per (answer settings, question, contexts).
 What outlives the process sits on disk (embeddings, reranker scores, LLM replies, the Qdrant collections).
 """
 
@@ -63,6 +64,7 @@ class Workspace:
         """Least depth of every first-stage search: a study sets the deepest its space can ask for, so
         the first trial's searches serve every later trial (see ``composer.retrieval.candidates``)."""
         self.indexes: dict[str, IndexHandle] = {}
+        self.rewrites: dict[Hashable, str] = {}
         self.expansions: dict[Hashable, Expansion] = {}
         self.answers: dict[Hashable, Answer] = {}
         self._chunks: dict[tuple[str, str], list[Chunk]] = {}

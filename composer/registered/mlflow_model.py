@@ -20,8 +20,11 @@ from typing import Any
 
 from mlflow.pyfunc import PythonModel
 
+from composer.data.conversations import over_limit
+from composer.errors import InputError
 from composer.pipeline.pipeline import Pipeline
 from composer.registered.model_files import open_pipeline
+from composer.retrieval.conversation import history_turns
 
 OUTPUT_FIELDS = ("answer", "contexts", "hits", "citations", "language", "refusal")
 """What ``predict`` returns per question."""
@@ -41,14 +44,18 @@ class ComposerModel(PythonModel):
 
     # No hints here: MLflow reads them as the model's input schema (the signature says it instead).
     def predict(self, context, model_input, params=None):  # type: ignore[no-untyped-def]
-        """One row per question (``OUTPUT_FIELDS``): a string, a list of them, or a DataFrame with a
-        ``question`` column."""
+        """One row per question (``OUTPUT_FIELDS``): a string, a list of them, a DataFrame with a
+        ``question`` column, or ``{"question", "history"}`` rows (a follow-up and its earlier turns,
+        ``[{"role", "text"}]``, through the pipeline's ``conversation:`` stage)."""
         pipe = self.pipeline
         assert pipe is not None, "load_context opens the pipeline"
         rows = []
-        for question in questions_of(model_input):
+        for question, given in asks_of(model_input):
+            history = history_turns(given)
+            if (over := over_limit(history)) is not None:
+                raise InputError(f"history of {question!r}: {over}", field="history")
             with _LOCK:
-                answer = pipe.ask(question)
+                answer = pipe.ask(question, history=history)
             hits = [{"id": h.id, "text": h.text, "score": h.score, "doc_id": h.doc_id,
                      "citation": pipe.citation(h.id)} for h in answer.hits]
             rows.append({"answer": answer.text, "contexts": list(answer.contexts), "hits": hits,
@@ -73,18 +80,27 @@ def signature() -> Any:
     return ModelSignature(inputs=Schema([ColSpec("string")]), outputs=outputs)
 
 
-def questions_of(model_input: Any) -> list[str]:
-    """The questions in a pyfunc input: a string, a sequence of strings, or a DataFrame (its ``question``
-    column, else its first)."""
+def asks_of(model_input: Any) -> list[tuple[str, Any]]:
+    """(question, its history or None) for each question in a pyfunc input: a string, a sequence of
+    strings or ``{"question", "history"}`` mappings, one such mapping, or a DataFrame (its ``question``
+    column, else its first, and its ``history`` column if it has one)."""
     if isinstance(model_input, str):
-        return [model_input]
+        return [(model_input, None)]
     if hasattr(model_input, "columns"):
         column = "question" if "question" in model_input.columns else model_input.columns[0]
-        return [str(q) for q in model_input[column].tolist()]
+        questions = [str(q) for q in model_input[column].tolist()]
+        if "history" not in model_input.columns:
+            return [(q, None) for q in questions]
+        cells = [h.tolist() if hasattr(h, "tolist") else h for h in model_input["history"].tolist()]
+        return [(q, h if isinstance(h, list | tuple) else None)
+                for q, h in zip(questions, cells, strict=True)]
     if isinstance(model_input, Mapping):
         value = model_input.get("question")
-        return [value] if isinstance(value, str) else [str(q) for q in value or ()]
+        if isinstance(value, str):
+            return [(value, model_input.get("history"))]
+        return [(str(q), None) for q in value or ()]
     if isinstance(model_input, Sequence) or hasattr(model_input, "tolist"):
         items = model_input.tolist() if hasattr(model_input, "tolist") else model_input
-        return [str(q if not isinstance(q, Mapping) else q.get("question")) for q in items]
+        return [(str(q.get("question")), q.get("history")) if isinstance(q, Mapping) else (str(q), None)
+                for q in items]
     raise TypeError(f"a question, a list of them or a DataFrame with a question column, not {model_input!r}")

@@ -102,3 +102,22 @@ class QueryExpansionConfig(Strict):
 
     method: Literal["none", "multi_query", "step_back", "hyde"] = "none"
     n: int = Field(default=3, ge=1, le=10, description="Paraphrases per question (multi_query).")
+
+
+class ConversationConfig(Strict):
+    """How a follow-up's conversation shapes what is searched (``composer.retrieval.conversation``).
+
+    ``concat`` is the default: a question without history searches exactly as it did before the section
+    existed (same query, same hits), so a standalone set is unchanged, while a follow-up such as "and when
+    did he die?" finds its passage through the turns it leans on, with no LLM. ``none`` searches each
+    question's own words; ``llm`` has the helper LLM condense follow-up and history into one standalone
+    question. None of it shapes an index: a study searching this section reuses every index it built.
+    """
+
+    rewrite: Literal["none", "concat", "llm"] = "concat"
+    window: int = Field(default=2, ge=0, le=20, description="Earlier user turns used (the most recent).")
+    assistant: bool = Field(default=False, description="Include the assistant turns of the window.")
+    weight: float = Field(
+        default=0.7, ge=0.5, le=1.0, description="concat: the follow-up's share; the history has the rest."
+    )
+    model: str | None = Field(default=None, description="llm: the rewriting model (default generation.model)")

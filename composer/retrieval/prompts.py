@@ -1,7 +1,9 @@
-"""Retrieval-side prompts in Arabic, Persian and English: query expansion and LLM reranking.
+"""Retrieval-side prompts in Arabic, Persian and English: a follow-up's standalone rewrite, query expansion
+and LLM reranking.
 
 Each asks for JSON the parsers in ``composer.llm.parse`` read back (queries, a step-back question, a 0-3
-grade, a ranking). The question and passages are fenced as untrusted data (``composer.llm.prompt.fence``).
+grade, a ranking). The question, the conversation's history and the passages are fenced as untrusted data
+(``composer.llm.prompt.fence``).
 """
 
 from __future__ import annotations
@@ -125,3 +127,26 @@ RERANK_LISTWISE: Localized = fenced({
         "Question: $question\n\nPassages:\n$passages",
     ),
 }, "question", "passages")
+
+# A follow-up condensed with its history into one question that stands alone (conversation.rewrite: llm),
+# written in the conversation's language and never answered: it is what is searched.
+CONDENSE: Localized = fenced({
+    "ar": PromptTemplate(
+        "أعد كتابة سؤال المتابعة سؤالًا واحدًا مستقلًا يُفهم دون المحادثة: ضع مكان الضمائر والإشارات ما تعود "
+        "عليه في المحادثة، واكتبه باللغة العربية دون أن تجيب عنه. "
+        'أجب بكائن JSON فقط: {"question": "..."}',
+        "المحادثة:\n$history\n\nسؤال المتابعة: $question",
+    ),
+    "fa": PromptTemplate(
+        "پرسش پیگیری را به یک پرسش مستقل بازنویسی کن که بدون گفت‌وگو فهمیده شود: به جای ضمیرها و اشاره‌ها "
+        "آنچه را در گفت‌وگو به آن برمی‌گردند بگذار، به فارسی بنویس و به آن پاسخ نده. "
+        'فقط با یک شیء JSON پاسخ بده: {"question": "..."}',
+        "گفت‌وگو:\n$history\n\nپرسش پیگیری: $question",
+    ),
+    "en": PromptTemplate(
+        "Rewrite the follow-up as one standalone question that is understood without the conversation: "
+        "replace pronouns and references with what they refer to in the conversation, write it in the "
+        'conversation\'s language, and do not answer it. Reply with JSON only: {"question": "..."}',
+        "Conversation:\n$history\n\nFollow-up question: $question",
+    ),
+}, "history", "question")

@@ -1,4 +1,5 @@
-"""From questions to a Ranking over one index: [expand] -> branch candidates -> [fuse] -> [rerank] -> top k.
+"""From questions to a Ranking over one index: [conversation] -> [expand] -> branch candidates -> [fuse] ->
+[rerank] -> top k.
 
 Every stage reads memoized inputs (candidates per query, expansions per question), so a trial that
 differs from an earlier one only in k, fusion, weights or reranker issues no Qdrant query at all.
@@ -14,34 +15,40 @@ import numpy as np
 import numpy.typing as npt
 
 from composer.data.ranking import NONE, ChunkTable, Ranking, trec_sorted
-from composer.data.types import Hit, Question
+from composer.data.types import Hit, Question, StageError
 from composer.retrieval.candidates import CandidateStore, Lists, Search
 from composer.retrieval.config import RetrievalConfig
+from composer.retrieval.conversation import ConversationStage, SearchedQuery
 from composer.retrieval.expansion import Expansion, QueryExpander
 from composer.retrieval.fusion import Items, Scores, fuse_hybrid, fuse_rrf
 from composer.retrieval.rerank import Reranker
 
 Latency = dict[str, npt.NDArray[np.float64]]
-"""Seconds per question per stage ("expand", "retrieve", "rerank")."""
+"""Seconds per question per stage ("rewrite", "expand", "retrieve", "rerank")."""
+
+QuerySearch = Callable[[list[SearchedQuery], int], list[list[tuple[int, float]]]]
+"""``search(queries, depth)``: a branch's hits for each searched query (its parts weighted), best first."""
 
 
 @dataclass(frozen=True)
 class Branches:
-    """How to search one index's two branches for a batch of query texts, and the memo slot of each:
-    ``dense(texts, depth)`` and ``bm25(texts, depth)`` return each query's (table position, score) hits.
-    ``hyde(expansions)`` gives the dense search for their HyDE vectors (question mixed with passage),
-    taking the memo keys ``_hyde_key`` makes."""
+    """How to search one index's two branches for a batch of searched queries, and the memo slot of each:
+    ``dense(queries, depth)`` and ``bm25(queries, depth)`` return each query's (table position, score)
+    hits. ``hyde(pairs)`` gives the dense search for the HyDE vectors of (query, expansion) pairs (the
+    query's vector mixed with its passages'), taking the memo keys ``_hyde_key`` makes."""
 
     table: ChunkTable
     dense_slot: tuple[str, ...] | None
     bm25_slot: tuple[str, ...]
-    dense: Search | None
-    bm25: Search
-    hyde: Callable[[Sequence[Expansion]], Search] | None = None
+    dense: QuerySearch | None
+    bm25: QuerySearch
+    hyde: Callable[[Sequence[tuple[SearchedQuery, Expansion]]], Search] | None = None
 
 
 class Retriever:
-    """Ranks questions for one pipeline's retrieval, rerank and expansion settings over one index."""
+    """Ranks questions for one pipeline's conversation, retrieval, rerank and expansion settings over one
+    index. After ``rank``, ``searched`` holds each question's searched query and ``failed`` the questions
+    whose conversation rewrite failed (searched by ``concat`` instead)."""
 
     def __init__(
         self,
@@ -54,6 +61,7 @@ class Retriever:
         expander: QueryExpander | None,
         rrf_k_expansion: int,
         floor: int = 0,
+        conversation: ConversationStage | None = None,
     ) -> None:
         self.settings = settings
         self.branches = branches
@@ -63,6 +71,9 @@ class Retriever:
         self.expander = expander
         self.rrf_k_expansion = rrf_k_expansion
         self.floor = floor
+        self.conversation = conversation
+        self.searched: dict[str, SearchedQuery] = {}
+        self.failed: dict[str, StageError] = {}
 
     @property
     def depth(self) -> int:
@@ -71,29 +82,40 @@ class Retriever:
         return max(r.k, r.prefetch) if self.reranks else r.k
 
     def rank(self, questions: Sequence[Question]) -> tuple[Ranking, Latency]:
+        """The questions' top k. Expansion and reranking read each searched query as a person would
+        (``SearchedQuery.reading``: the history, then the follow-up, or the standalone rewrite): a follow-up
+        alone cannot be paraphrased nor judged against a passage."""
         n = len(questions)
-        texts = [q.question for q in questions]
         latency: Latency = {}
+        if self.conversation is not None:
+            started = time.perf_counter()
+            queries, self.failed = self.conversation.queries(questions)
+            if self.conversation.config.rewrite == "llm":
+                latency["rewrite"] = np.full(n, (time.perf_counter() - started) / max(n, 1))
+        else:
+            queries, self.failed = [SearchedQuery.plain(q.question) for q in questions], {}
+        self.searched = {q.id: s for q, s in zip(questions, queries, strict=True)}
+        texts = [q.reading for q in queries]
         if self.expander is not None:
             started = time.perf_counter()
             expansions = self.expander.expand_many(texts)
             latency["expand"] = np.full(n, (time.perf_counter() - started) / max(n, 1))
-            items, scores, seconds = self._expanded(expansions)
+            items, scores, seconds = self._expanded(queries, expansions)
         else:
-            items, scores, seconds = self._first_stage(texts, self.depth)
+            items, scores, seconds = self._first_stage(queries, self.depth)
         latency["retrieve"] = seconds
-        table = self.branches.table
         if self.reranks:
             started = time.perf_counter()
             items, scores = self._rerank(texts, items, scores)
             latency["rerank"] = np.full(n, (time.perf_counter() - started) / max(n, 1))
         k = self.settings.k
-        return Ranking(tuple(q.id for q in questions), items[:, :k], scores[:, :k], table), latency
+        ranking = Ranking(tuple(q.id for q in questions), items[:, :k], scores[:, :k], self.branches.table)
+        return ranking, latency
 
     def _first_stage(
-        self, texts: list[str], depth: int, hyde: tuple[list[str], Search] | None = None
+        self, texts: list[SearchedQuery], depth: int, hyde: tuple[list[str], Search] | None = None
     ) -> tuple[Items, Scores, npt.NDArray[np.float64]]:
-        """Each text's top ``depth``, from the memoized branch lists; ``hyde`` (memo keys, search) replaces
+        """Each query's top ``depth``, from the memoized branch lists; ``hyde`` (memo keys, search) replaces
         the dense branch's queries. Fusion and slicing are timed and added to the searches' own cost."""
         r, b = self.settings, self.branches
         started = time.perf_counter()
@@ -121,30 +143,50 @@ class Retriever:
         return items, scores, seconds + own
 
     def _lists(
-        self, branch: str, texts: list[str], need: int, hyde: tuple[list[str], Search] | None = None
+        self, branch: str, queries: list[SearchedQuery], need: int,
+        hyde: tuple[list[str], Search] | None = None,
     ) -> Lists:
+        """A branch's lists, memoized by each query's key (a plain query's is its text)."""
         b = self.branches
-        if branch == "bm25":
-            return self.store.lists(b.bm25_slot, texts, need, b.bm25, b.table, self.floor)
-        if b.dense is None or b.dense_slot is None:
-            raise ValueError("this index has no dense vectors")
         if hyde is not None:
             keys, search = hyde
+            if b.dense_slot is None:
+                raise ValueError("this index has no dense vectors")
             return self.store.lists((*b.dense_slot, "hyde"), keys, need, search, b.table, self.floor)
-        return self.store.lists(b.dense_slot, texts, need, b.dense, b.table, self.floor)
+        by_key = {q.key: q for q in queries}
+        keys = [q.key for q in queries]
+        if branch == "bm25":
+            slot, branch_search = b.bm25_slot, b.bm25
+        elif b.dense is None or b.dense_slot is None:
+            raise ValueError("this index has no dense vectors")
+        else:
+            slot, branch_search = b.dense_slot, b.dense
 
-    def _expanded(self, expansions: list[Expansion]) -> tuple[Items, Scores, npt.NDArray[np.float64]]:
-        """Multi-query: every query's list, fused per question by RRF. HyDE: the dense branch searched
-        with the question's vector mixed with its hypothetical passage's (BM25 keeps the question)."""
+        def by_keys(missing: list[str], depth: int) -> list[list[tuple[int, float]]]:
+            return branch_search([by_key[k] for k in missing], depth)
+
+        return self.store.lists(slot, keys, need, by_keys, b.table, self.floor)
+
+    def _expanded(
+        self, queries: list[SearchedQuery], expansions: list[Expansion]
+    ) -> tuple[Items, Scores, npt.NDArray[np.float64]]:
+        """Multi-query: every query's list (the searched query first, as it is weighted), fused per
+        question by RRF. HyDE: the dense branch searched with the searched query's vector mixed with its
+        hypothetical passage's (BM25 keeps the searched query)."""
         depth = self.depth
         if self.expander is not None and self.expander.method == "hyde":
             hyde = self.branches.hyde
             if hyde is None:
                 raise ValueError("HyDE needs dense vectors")
-            keys = [_hyde_key(e) for e in expansions]
-            return self._first_stage([e.question for e in expansions], depth, (keys, hyde(expansions)))
+            keys = [_hyde_key(q, e) for q, e in zip(queries, expansions, strict=True)]
+            pairs = list(zip(queries, expansions, strict=True))
+            return self._first_stage(queries, depth, (keys, hyde(pairs)))
         width = max(len(e.queries) for e in expansions)
-        flat = [q for e in expansions for q in e.queries]
+        flat = [
+            query if j == 0 else SearchedQuery.plain(text)
+            for query, e in zip(queries, expansions, strict=True)
+            for j, text in enumerate(e.queries)
+        ]
         items, scores, seconds = self._first_stage(flat, depth)
         rows: list[tuple[Items, Scores]] = []
         starts = np.cumsum([0, *(len(e.queries) for e in expansions)])[:-1]
@@ -179,6 +221,6 @@ def _hits(table: ChunkTable, items: Items, scores: Scores) -> list[Hit]:
     ]
 
 
-def _hyde_key(expansion: Expansion) -> str:
-    """The memo key of a HyDE query: the question and the passage its vector was mixed with."""
-    return "\x00".join((expansion.question, *expansion.passages))
+def _hyde_key(query: SearchedQuery, expansion: Expansion) -> str:
+    """The memo key of a HyDE query: the searched query and the passages its vector was mixed with."""
+    return "\x00".join((query.key, *expansion.passages))

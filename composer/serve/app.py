@@ -10,12 +10,13 @@ Who may call it (Host allow-list, bearer token) is ``composer.serve.guard``'s.
 
 from __future__ import annotations
 
+import hashlib
 import html
 import importlib.util
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -27,6 +28,8 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from composer.data.conversations import over_limit
+from composer.data.types import Turn
 from composer.serve.engine import Engine, Reply, Timed
 from composer.serve.guard import Access, Guard
 from composer.serve.schema import (
@@ -34,6 +37,7 @@ from composer.serve.schema import (
     AskResponse,
     ChatRequest,
     ErrorResponse,
+    HistoryTurn,
     HitOut,
     SearchRequest,
     SearchResponse,
@@ -70,11 +74,13 @@ class Service:
     tracer: Tracer | None
     threads: anyio.CapacityLimiter
 
-    async def call(self, kind: str, inputs: Mapping[str, Any], fn: Callable[[], Timed]) -> Timed:
-        """``fn`` in a worker thread (traced when tracing is on): the event loop never waits on it."""
+    async def call(self, kind: str, inputs: Mapping[str, Any], fn: Callable[[], Timed],
+                   session: str | None = None) -> Timed:
+        """``fn`` in a worker thread (traced when tracing is on, ``session`` the conversation): the event
+        loop never waits on it."""
 
         def run() -> Timed:
-            return fn() if self.tracer is None else self.tracer.traced(kind, inputs, fn)
+            return fn() if self.tracer is None else self.tracer.traced(kind, inputs, fn, session)
 
         return await anyio.to_thread.run_sync(run, limiter=self.threads)
 
@@ -89,6 +95,27 @@ class Service:
             raise HTTPException(422, f"question: {len(text)} characters, more than the limit of "
                                      f"{self.bounds.max_question_chars} (--max-question-chars)")
         return text
+
+    def history(self, where: str, turns: Sequence[tuple[str, str]]) -> tuple[Turn, ...]:
+        """(role, text) pairs as a question's history, empty turns left out, or a 422 naming ``where``: a
+        turn that is not valid Unicode, or a history past the caps question files have too
+        (``composer.data.conversations.over_limit``)."""
+        for i, (_, text) in enumerate(turns):
+            if (problem := invalid_text(text)) is not None:
+                raise HTTPException(422, f"{where}.{i}: {problem}")
+        history = tuple(Turn("user" if role == "user" else "assistant", text)
+                        for role, text in turns if text.strip())
+        if (over := over_limit(history)) is not None:
+            raise HTTPException(422, f"{where}: {over}")
+        return history
+
+
+def conversation_key(given: str | None, first_user_text: str) -> str:
+    """The id a conversation's traces share: the one the client gave, else one derived from its first user
+    message, the same on every turn of it."""
+    if given:
+        return given
+    return "chat-" + hashlib.sha256(" ".join(first_user_text.split()).encode()).hexdigest()[:16]
 
 
 def create_app(
@@ -172,7 +199,12 @@ async def search(body: SearchRequest, response: Response, service: Served) -> Se
 async def ask(body: AskRequest, response: Response, service: Served) -> AskResponse:
     """The answer to a question, with the passages it was given and where they come from."""
     question = service.question(body.question)
-    done = await service.call("ask", {"question": question}, lambda: service.engine.ask(question))
+    turns = [(t.role, _turn_text(i, t)) for i, t in enumerate(body.history or ())]
+    history = service.history("history", turns)
+    first = next((t.text for t in history if t.role == "user"), question)
+    done = await service.call("ask", _inputs(question, history),
+                              lambda: service.engine.ask(question, history),
+                              conversation_key(body.conversation_id, first))
     response.headers["Server-Timing"] = _timing(done)
     r: Reply = done.value
     return AskResponse(answer=r.answer, contexts=list(r.contexts), hits=[HitOut(**asdict(h)) for h in r.hits],
@@ -189,34 +221,93 @@ async def models(service: Served) -> dict[str, Any]:
 
 @ROUTES.post("/v1/chat/completions", responses=ERRORS)
 async def chat(body: ChatRequest, service: Served) -> Response:
-    """OpenAI's chat completion: the last user message is the question; ``stream`` sends SSE chunks."""
+    """OpenAI's chat completion: the last user message is the question, the user and assistant messages
+    before it its history; ``stream`` sends the answer's tokens as SSE chunks as the LLM writes them."""
     if (refusal := body.unsupported()) is not None:
         raise HTTPException(422, refusal)
     users = [i for i, m in enumerate(body.messages) if m.role == "user"]
     if not users:
         raise HTTPException(422, "messages: no user message to answer")
-    question = service.question(_text(users[-1], body.messages[users[-1]].content))
-    done = await service.call("chat", {"question": question}, lambda: service.engine.ask(question))
+    last = users[-1]
+    question = service.question(_text(last, body.messages[last].content))
+    earlier = [(m.role, _text(i, m.content)) for i, m in enumerate(body.messages[:last])
+               if m.role in ("user", "assistant")]
+    history = service.history("messages", earlier)
+    given = body.conversation_id or (body.metadata or {}).get("conversation_id")
+    first = next((t.text for t in history if t.role == "user"), question)
+    session = conversation_key(given if isinstance(given, str) else None, first)
+    head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": service.engine.name}
+    if body.stream:
+        return await _streamed(service, head, question, history, session)
+    done = await service.call("chat", _inputs(question, history),
+                              lambda: service.engine.ask(question, history), session)
     r: Reply = done.value
     if r.answer is None:
         raise HTTPException(502, f"the pipeline's LLM failed: {r.error or 'no answer'}")
-    headers = {"Server-Timing": _timing(done)}
-    head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": service.engine.name,
-            "citations": list(r.citations)}
-    if not body.stream:
-        prompt, completion = r.usage.get("prompt_tokens", 0), r.usage.get("completion_tokens", 0)
-        return JSONResponse(headers=headers, content={
-            **head, "object": "chat.completion",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": r.answer},
-                         "finish_reason": "stop", "logprobs": None}],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion},
-        })
-    deltas: tuple[dict[str, str], ...] = ({"role": "assistant", "content": ""}, {"content": r.answer}, {})
-    chunks = [{**head, "object": "chat.completion.chunk",
-               "choices": [{"index": 0, "delta": d, "finish_reason": None if d else "stop",
-                            "logprobs": None}]} for d in deltas]
-    return StreamingResponse(_sse(chunks), media_type="text/event-stream", headers=headers)
+    prompt, completion = r.usage.get("prompt_tokens", 0), r.usage.get("completion_tokens", 0)
+    return JSONResponse(headers={"Server-Timing": _timing(done)}, content={
+        **head, "citations": list(r.citations), "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": r.answer},
+                     "finish_reason": "stop", "logprobs": None}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                  "total_tokens": prompt + completion},
+    })
+
+
+async def _streamed(service: Service, head: dict[str, Any], question: str, history: tuple[Turn, ...],
+                    session: str) -> Response:
+    """The answer as SSE chunks, each piece as the generator's LLM sends it, then a chunk that stops with
+    the citations, then ``data: [DONE]``. A failure before the first piece is a 502, as unstreamed; one
+    after it (the status is sent) ends the stream with an error event."""
+    tracer = service.tracer
+    span = None if tracer is None else tracer.start("chat", _inputs(question, history), session)
+    pieces: Iterator[str | Timed] = service.engine.stream(question, history)
+
+    async def step() -> str | Timed | None:
+        try:
+            return await anyio.to_thread.run_sync(next, pieces, None, limiter=service.threads)
+        except BaseException as exc:
+            if tracer is not None:
+                tracer.failed(span, exc)
+            raise
+
+    first = await step()
+    if isinstance(first, Timed) and first.value.answer is None:
+        if tracer is not None:
+            tracer.finish(span, first)
+        raise HTTPException(502, f"the pipeline's LLM failed: {first.value.error or 'no answer'}")
+
+    def chunk(delta: dict[str, str], finish: str | None = None, **extra: Any) -> bytes:
+        body = {**head, **extra, "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n".encode()
+
+    async def events() -> AsyncIterator[bytes]:
+        yield chunk({"role": "assistant", "content": ""})
+        item = first
+        while isinstance(item, str):
+            yield chunk({"content": item})
+            item = await step()
+        assert isinstance(item, Timed), "an engine's stream ends with its reply"
+        if tracer is not None:
+            tracer.finish(span, item)
+        r: Reply = item.value
+        if r.answer is None:
+            error = {"message": f"the pipeline's LLM failed: {r.error or 'no answer'}",
+                     "type": "server_error"}
+            yield f"data: {json.dumps({'error': error}, ensure_ascii=False)}\n\n".encode()
+        else:
+            yield chunk({}, "stop", citations=list(r.citations))
+        yield b"data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def _inputs(question: str, history: Sequence[Turn]) -> dict[str, Any]:
+    """A request's trace inputs: the question, and its history when it has one."""
+    if not history:
+        return {"question": question}
+    return {"question": question, "history": [t.to_dict() for t in history]}
 
 
 DOCS = APIRouter(include_in_schema=False)
@@ -282,6 +373,13 @@ def _timing(done: Timed) -> str:
     return f"pipeline;dur={done.seconds * 1e3:.3f}"
 
 
+def _turn_text(at: int, turn: HistoryTurn) -> str:
+    """A history turn's text, given as ``text`` or ``content`` (one of them, not both)."""
+    if (turn.text is None) == (turn.content is None):
+        raise HTTPException(422, f"history.{at}: give the turn's text as 'text' or 'content' (one of them)")
+    return turn.text if turn.text is not None else str(turn.content)
+
+
 def _text(at: int, content: str | list[dict[str, Any]] | None) -> str:
     """Message ``at``'s text: the string, or its text parts joined (OpenAI's content-part form); a text
     part whose text is not a string is a 422, never its ``str()``."""
@@ -295,12 +393,6 @@ def _text(at: int, content: str | list[dict[str, Any]] | None) -> str:
                 raise HTTPException(422, f"messages.{at}.content.{i}.text: Input should be a valid string")
             texts.append(text)
     return "\n".join(texts)
-
-
-async def _sse(chunks: list[dict[str, Any]]) -> AsyncIterator[bytes]:
-    for chunk in chunks:
-        yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode()
-    yield b"data: [DONE]\n\n"
 
 
 class BodyLimit:

@@ -13,15 +13,18 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
 
-from composer.data.types import Hit, Question
+from composer.data.ranking import Ranking
+from composer.data.types import Hit, Question, Turn
 from composer.errors import ComposerError
+from composer.generation import Answer, contexts_for
 from composer.llm.faults import scrub
+from composer.llm.sync import iterate_sync
 from composer.pipeline.pipeline import Pipeline
 from composer.redact import scrub_url
 
@@ -67,7 +70,11 @@ class Engine(Protocol):
 
     def search(self, question: str, k: int | None) -> Timed: ...
 
-    def ask(self, question: str) -> Timed: ...
+    def ask(self, question: str, history: Sequence[Turn] = ()) -> Timed: ...
+
+    def stream(self, question: str, history: Sequence[Turn] = ()) -> Iterator[str | Timed]:
+        """The answer's text in pieces as it is written, then the whole Reply, timed, as ``ask`` gives it."""
+        ...
 
 
 class PipelineEngine:
@@ -97,26 +104,54 @@ class PipelineEngine:
             seconds = time.perf_counter() - started
         return Timed([self._hit(h) for h in hits], seconds)
 
-    def ask(self, question: str) -> Timed:
-        """``Pipeline.ask``, its ranking locked and its answering not."""
-        pipe = self.pipeline
-        q = Question(id="question", question=question)
+    def ask(self, question: str, history: Sequence[Turn] = ()) -> Timed:
+        """``Pipeline.ask``, its ranking locked and its answering not; ``history`` (earlier turns, oldest
+        first) goes through the pipeline's ``conversation:`` stage."""
+        q = Question(id="question", question=question, history=tuple(history))
+        ranking, ranked = self._rank(q)
+        started = time.perf_counter()
+        answer = self.pipeline.answer([q], ranking)[q.id]
+        return Timed(self._reply(answer, ranking), ranked + time.perf_counter() - started)
+
+    def stream(self, question: str, history: Sequence[Turn] = ()) -> Iterator[str | Timed]:
+        """``ask``'s answer as the generator's LLM writes it; the extractive answerer, which writes no
+        tokens, gives its answer as one piece."""
+        generator = self.pipeline.generator
+        if generator is None:
+            done = self.ask(question, history)
+            if done.value.answer is not None:
+                yield done.value.answer
+            yield done
+            return
+        q = Question(id="question", question=question, history=tuple(history))
+        ranking, ranked = self._rank(q)
+        started = time.perf_counter()
+        contexts = contexts_for(ranking.hits(0), self.pipeline.config.generation.max_contexts)
+        answer: Answer | None = None
+        for item in iterate_sync(generator.astream(q.question, contexts, q.history)):
+            if isinstance(item, Answer):
+                answer = item
+            else:
+                yield item
+        assert answer is not None, "a generator's stream ends with its answer"
+        yield Timed(self._reply(answer, ranking), ranked + time.perf_counter() - started)
+
+    def _rank(self, q: Question) -> tuple[Ranking, float]:
+        """``q``'s ranking under the lock, and the seconds it took (waiting excluded)."""
         with self._lock:
             started = time.perf_counter()
-            ranking, _ = pipe.rank([q])
-            ranked = time.perf_counter() - started
-        started = time.perf_counter()
-        answer = pipe.answer([q], ranking)[q.id]
-        seconds = ranked + time.perf_counter() - started
+            ranking, _ = self.pipeline.rank([q])
+            return ranking, time.perf_counter() - started
+
+    def _reply(self, answer: Answer, ranking: Ranking) -> Reply:
         hits = tuple(self._hit(h) for h in ranking.hits(0))
         cited = hits[: len(answer.contexts) or None]
         result = answer.result
         usage = {} if result is None else {"prompt_tokens": result.prompt_tokens,
                                            "completion_tokens": result.completion_tokens}
         error = None if result is None or result.error is None else scrub(result.error)
-        reply = Reply(answer.text, answer.language, answer.contexts, hits,
-                      tuple(dict.fromkeys(h.citation for h in cited)), answer.refusal, error, usage)
-        return Timed(reply, seconds)
+        return Reply(answer.text, answer.language, answer.contexts, hits,
+                     tuple(dict.fromkeys(h.citation for h in cited)), answer.refusal, error, usage)
 
     def _hit(self, hit: Hit) -> ServedHit:
         return ServedHit(hit.id, hit.text, hit.score, hit.doc_id, self.pipeline.citation(hit.id))
@@ -124,8 +159,9 @@ class PipelineEngine:
 
 class PredictEngine:
     """An MLflow pyfunc model that holds no Composer pipeline: ``predict([question])`` answers, one row per
-    question, each a text or a mapping with ``answer`` (and optionally ``contexts``, ``citations``). Calls
-    are serialized: nothing says the model is thread-safe."""
+    question, each a text or a mapping with ``answer`` (and optionally ``contexts``, ``citations``); a
+    follow-up is sent as ``predict([{"question": ..., "history": [{"role", "text"}, ...]}])``. Calls are
+    serialized: nothing says the model is thread-safe."""
 
     can_search = False
     answerer = "pyfunc"
@@ -138,12 +174,15 @@ class PredictEngine:
     def search(self, question: str, k: int | None) -> Timed:
         raise ComposerError(f"{self.name} is a pyfunc model without a Composer pipeline: it answers only")
 
-    def ask(self, question: str) -> Timed:
+    def ask(self, question: str, history: Sequence[Turn] = ()) -> Timed:
         from composer.llm.prompt import prompt_language
 
+        given: Any = question
+        if history:
+            given = {"question": question, "history": [t.to_dict() for t in history]}
         with self._lock:
             started = time.perf_counter()
-            out = self.model.predict([question])
+            out = self.model.predict([given])
             seconds = time.perf_counter() - started
         row = _first_row(out)
         lang = prompt_language(question)
@@ -153,6 +192,13 @@ class PredictEngine:
                                tuple(map(str, row.get("contexts") or ())),
                                citations=tuple(map(str, row.get("citations") or ()))), seconds)
         return Timed(Reply(None if row is None else str(row), lang), seconds)
+
+    def stream(self, question: str, history: Sequence[Turn] = ()) -> Iterator[str | Timed]:
+        """``predict`` writes no tokens: its answer as one piece."""
+        done = self.ask(question, history)
+        if done.value.answer is not None:
+            yield done.value.answer
+        yield done
 
 
 def _first_row(out: Any) -> Any:

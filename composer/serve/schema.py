@@ -20,8 +20,21 @@ class SearchRequest(Strict):
     k: int | None = Field(None, description="How many hits (default: the config's retrieval.k).")
 
 
+class HistoryTurn(Strict):
+    """One earlier turn of a conversation, as question files write it (``text``) or OpenAI (``content``)."""
+
+    role: Literal["user", "assistant"]
+    text: str | None = Field(None, description="What was said (or give it as `content`).")
+    content: str | None = None
+
+
 class AskRequest(Strict):
     question: str = Field(description="The question to answer.")
+    history: list[HistoryTurn] | None = Field(
+        None, description="The conversation's earlier turns, oldest first: a follow-up is searched with "
+                          "them.")
+    conversation_id: str | None = Field(
+        None, description="The conversation, as traces group it (default: from its first user turn).")
 
 
 class HitOut(BaseModel):
@@ -55,7 +68,8 @@ class ChatMessage(Strict):
 
 
 class ChatRequest(Strict):
-    """An OpenAI chat request: the last user message is the question, earlier turns are not read."""
+    """An OpenAI chat request: the last user message is the question, the user and assistant messages before
+    it its history (system, developer and tool messages are not read)."""
 
     model: str | None = None
     messages: list[ChatMessage]
@@ -72,6 +86,10 @@ class ChatRequest(Strict):
     stop: str | list[str] | None = None
     seed: int | None = None
     user: str | None = None
+    metadata: dict[str, Any] | None = Field(
+        None, description="`conversation_id` here, as some clients send it, names the conversation.")
+    conversation_id: str | None = Field(
+        None, description="The conversation, as traces group it (default: from its first user message).")
     # Accepted only where they leave the answer as it is (see ``unsupported``).
     logprobs: bool | None = None
     top_logprobs: int | None = None

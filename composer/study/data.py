@@ -10,7 +10,7 @@ import copy
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,6 +77,8 @@ class StudyData:
     """A user's factory: trials then build ``system(settings)`` from the (free) space, not a Pipeline."""
     concurrency: int = 8
     """Questions a user's system is asked at once."""
+    _warned_unheard: bool = field(default=False, init=False, repr=False, compare=False)
+    """Whether a user's system that takes no history was warned of (once a study)."""
 
     def __post_init__(self) -> None:
         if (self.system is not None) != self.space.free:
@@ -109,8 +111,12 @@ class StudyData:
         from composer.evaluation.system import SystemPipeline
 
         assert self.system is not None
-        return SystemPipeline(self.system(copy.deepcopy(config)), corpus=self.corpus,
-                              concurrency=self.concurrency)
+        built = SystemPipeline(self.system(copy.deepcopy(config)), corpus=self.corpus,
+                               concurrency=self.concurrency)
+        if not self._warned_unheard:  # once a study: every trial's system is built alike
+            built.warn_unheard(self.questions)
+            self._warned_unheard = True
+        return built
 
     def rebuild(self, params: Mapping[str, Any], digest: str) -> Pipeline | SystemPipeline:
         """A finished trial's pipeline (or system) from its parameters, indexed: the stored config has its

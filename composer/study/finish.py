@@ -79,9 +79,11 @@ def held_out(
     difference = None
     if len(scores) == 2:
         # The difference of the two held-out composites above, and a CI of that same statistic.
-        diff, (low, high) = objective.difference(
-            scores[0].report.table.metrics, scores[1].report.table.metrics
-        )
+        # Over conversations, when the held-out questions have them: a conversation's turns rise and fall
+        # together, so resampling turns would narrow the CI.
+        table = scores[0].report.table
+        diff, (low, high) = objective.difference(table.metrics, scores[1].report.table.metrics,
+                                                 table.conversations)
         difference = Difference(diff, (low, high), len(scores[0].report), low > 0, high < 0)
     return HeldOut(
         len(questions),

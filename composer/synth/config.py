@@ -108,6 +108,16 @@ class SynthConfig(BaseModel):
         ge=1.0,
         description="Generation calls allowed, as a multiple of n (over-generation bound).",
     )
+    conversations: int = Field(
+        default=0,
+        ge=0,
+        le=100_000,
+        description="Conversations to write instead of single questions (0: a question set; n and mix "
+        "then do not apply).",
+    )
+    follow_ups: int = Field(
+        default=2, ge=1, le=8, description="Follow-up questions asked after a conversation's first question."
+    )
 
     @field_validator("llm", mode="before")
     @classmethod
@@ -136,7 +146,9 @@ class SynthConfig(BaseModel):
         llm = self.llm.model_dump(
             include={"model", "api_base", "temperature", "max_tokens", "params"}, mode="json"
         )
-        data = {**self.model_dump(exclude={"llm"}, mode="json"), "llm": llm}
+        # a question set's fingerprint is what it was before conversations existed: its cache stays valid
+        talk = set() if self.conversations else {"conversations", "follow_ups"}
+        data = {**self.model_dump(exclude={"llm", *talk}, mode="json"), "llm": llm}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
     def public(self) -> dict[str, Any]:

@@ -15,48 +15,28 @@ import asyncio
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from composer.data.types import Corpus
-from composer.errors import ComposerError, InputError
+from composer.errors import ComposerError
 from composer.llm.client import LLMClient
 from composer.llm.sync import run_sync
 from composer.llm.usage import track_usage
 from composer.synth import filters
 from composer.synth.candidate import Candidate
-from composer.synth.config import EXTRACTIVE, KINDS, SynthConfig, allocate
-from composer.synth.passages import Passage, corpus_passages, cycled, stratified
-from composer.synth.prompts import ANSWERED, CLOSED_BOOK, GENERATE, SUPPORTED, avoid_block, passage_block
+from composer.synth.config import KINDS, SynthConfig, allocate
+from composer.synth.conversations import ConversationRun
+from composer.synth.passages import Lookahead, Passage, cycled, stratified
+from composer.synth.prompts import GENERATE, avoid_block, passage_block
 from composer.synth.related import related_pairs
-from composer.synth.replies import parse_check, parse_closed_book, parse_generated
-from composer.synth.spans import find_span
-
-T = TypeVar("T")
+from composer.synth.replies import parse_generated
+from composer.synth.screening import Screening
 
 PRIOR_KEEP_RATE = 0.8
 """Assumed share of candidates that pass the filters, before a kind has shown its own."""
 ASKED_IN_PROMPT = 10
 """At most this many earlier questions from the same passage are listed in a prompt."""
-
-
-class _Lookahead(Generic[T]):
-    """An endless iterator whose next item can be looked at without taking it."""
-
-    def __init__(self, items: Iterator[T]) -> None:
-        self._items = items
-        self._next: T | None = None
-
-    def peek(self) -> T:
-        if self._next is None:
-            self._next = next(self._items)
-        return self._next
-
-    def take(self) -> T:
-        item = self.peek()
-        self._next = None
-        return item
 
 
 @dataclass
@@ -91,7 +71,9 @@ def synthesize(corpus: Corpus, config: SynthConfig, client: LLMClient) -> SynthO
 async def asynthesize(corpus: Corpus, config: SynthConfig, client: LLMClient) -> SynthOutcome:
     started = time.perf_counter()
     with track_usage() as usage:
-        run = _Run(corpus, config, client)
+        run: _Run | ConversationRun = (
+            ConversationRun(corpus, config, client) if config.conversations else _Run(corpus, config, client)
+        )
         await run.execute()
     report = run.report()
     report["llm"] = usage.to_dict()
@@ -100,17 +82,12 @@ async def asynthesize(corpus: Corpus, config: SynthConfig, client: LLMClient) ->
     return SynthOutcome(run.rows(), report)
 
 
-class _Run:
+class _Run(Screening):
+    """A question set's rounds: kinds planned against their targets, passages (or pairs) visited in turn."""
+
     def __init__(self, corpus: Corpus, config: SynthConfig, client: LLMClient) -> None:
-        self.corpus, self.config, self.client = corpus, config, client
-        by_doc = corpus_passages(corpus, config.min_passage_chars, config.max_passage_chars, config.lang)
-        if not by_doc:
-            raise InputError(
-                f"no document has a passage of at least {config.min_passage_chars} characters "
-                "(lower min_passage_chars?)",
-                path=corpus.source,
-            )
-        self.by_doc = by_doc
+        super().__init__(corpus, config, client)
+        by_doc = self.by_doc
         self.pairs = related_pairs([p for ps in by_doc.values() for p in ps])
         self.notes: list[str] = []
         mix = dict(config.mix)
@@ -121,14 +98,13 @@ class _Run:
             mix["multi_hop"] = 0.0
         self.targets = allocate(config.n, {k: w / sum(mix.values()) for k, w in mix.items()})
         self.budget = math.ceil(config.max_attempts * config.n)
-        self.singles = _Lookahead(stratified(by_doc, config.seed))
-        self.pair_stream = _Lookahead(cycled(self.pairs, config.seed))
+        self.singles = Lookahead(stratified(by_doc, config.seed))
+        self.pair_stream = Lookahead(cycled(self.pairs, config.seed))
         self.candidates: list[Candidate] = []
         self.kept: dict[str, list[Candidate]] = {k: [] for k in KINDS}
         self.generated: Counter[str] = Counter()
         self.asked: dict[str, list[str]] = {}
         self.visits: Counter[tuple[str, str]] = Counter()
-        self.filter_counts: dict[str, Counter[str]] = {r: Counter() for r in filters.REASONS}
         self.rounds = 0
 
     # -- planning --
@@ -159,7 +135,7 @@ class _Run:
         for _, _, kind in sorted(slots):
             if len(self.candidates) + len(planned) >= self.budget:
                 break
-            stream: _Lookahead[Any] = self.pair_stream if kind == "multi_hop" else self.singles
+            stream: Lookahead[Any] = self.pair_stream if kind == "multi_hop" else self.singles
             item = stream.peek()
             passages: tuple[Passage, ...] = item if kind == "multi_hop" else (item,)
             key = "|".join(p.key for p in passages)
@@ -197,23 +173,6 @@ class _Run:
             if c.dropped is None:
                 self.kept[c.kind].append(c)
 
-    def _filter(self, reason: str, failed: bool, c: Candidate, detail: str = "") -> bool:
-        """Count one filter's verdict on ``c``; drop it when it failed."""
-        self.filter_counts[reason]["checked"] += 1
-        if failed:
-            self.filter_counts[reason]["dropped"] += 1
-            c.drop(reason, detail)
-        return failed
-
-    async def _ask(
-        self, messages: list[dict[str, str]], parse: Callable[[str], T], **params: Any
-    ) -> tuple[T | None, str | None]:
-        """(parsed reply, None), or (None, failure kind) when the client gave up."""
-        result = await self.client.acomplete(messages, validate=parse, **params)
-        if not result.ok or result.text is None:
-            return None, result.error_kind or "other"
-        return parse(result.text), None
-
     async def _generate(self, c: Candidate) -> None:
         with_answer = c.kind != "unanswerable"
         asked = self.asked.get(c.key, [])[-ASKED_IN_PROMPT:]
@@ -230,73 +189,6 @@ class _Run:
             answer = filters.persian_letters(answer) if answer is not None else None
         c.question, c.answer = question, answer
         self._screen(c)
-
-    def _screen(self, c: Candidate) -> None:
-        """The deterministic filters, in order; the first that fails drops the candidate."""
-        cfg = self.config
-        question, answer = c.question or "", c.answer
-        texts = [question] + ([answer] if answer is not None and c.kind == "conceptual" else [])
-        if self._filter("language", any(filters.wrong_script(t, c.lang) for t in texts), c):
-            return
-        max_words = (
-            None
-            if answer is None
-            else (cfg.max_short_answer_words if c.kind in EXTRACTIVE else cfg.max_long_answer_words)
-        )
-        problem = filters.length_problem(
-            question,
-            answer,
-            min_chars=cfg.min_question_chars,
-            max_chars=cfg.max_question_chars,
-            max_answer_words=max_words,
-        )
-        if self._filter("length", problem is not None, c, problem or ""):
-            return
-        if answer is None:
-            return
-        if c.kind in EXTRACTIVE:
-            for i, p in enumerate(c.passages):
-                found = find_span(p.text, answer, p.lang)
-                if found is not None:
-                    c.span = (i, *found)
-                    c.answer = answer = p.text[found[0] : found[1]]
-                    break
-            if self._filter("span_not_found", c.span is None, c, answer):
-                return
-        self._filter("answer_in_question", filters.answer_in_question(question, answer), c, answer)
-
-    async def _check(self, c: Candidate) -> None:
-        """The LLM checks, at temperature 0 in the passage's language: supported by the passage (or, for an
-        unanswerable question, not answered by it), then not answerable without it."""
-        assert c.question is not None
-        block = passage_block(c.passages)
-        if c.answer is None:
-            answered, failure = await self._ask(
-                ANSWERED[c.lang].messages(passages=block, question=c.question),
-                lambda t: parse_check(t, "answerable"),
-                temperature=0.0,
-            )
-            if not self._filter("check_failed", failure is not None, c, failure or ""):
-                self._filter("answered_by_passage", bool(answered), c)
-            return
-        supported, failure = await self._ask(
-            SUPPORTED[c.lang].messages(passages=block, question=c.question, answer=c.answer),
-            lambda t: parse_check(t, "supported"),
-            temperature=0.0,
-        )
-        if self._filter("check_failed", failure is not None, c, failure or ""):
-            return
-        if self._filter("unsupported", not supported, c):
-            return
-        closed, failure = await self._ask(
-            CLOSED_BOOK[c.lang].messages(question=c.question), parse_closed_book, temperature=0.0
-        )
-        if self._filter("check_failed", failure is not None, c, failure or ""):
-            return
-        matched = closed is not None and filters.closed_book_match(
-            closed, c.answer, self.config.closed_book_f1, c.lang
-        )
-        self._filter("answerable_without_passage", matched, c, closed or "")
 
     # -- results --
 
@@ -325,14 +217,6 @@ class _Run:
             for k in KINDS
         }
         dropped = Counter(c.dropped for c in self.candidates if c.dropped)
-        filter_table = {
-            r: {
-                "checked": n["checked"],
-                "dropped": n["dropped"],
-                "kept_share": round(1 - n["dropped"] / n["checked"], 4) if n["checked"] else None,
-            }
-            for r, n in self.filter_counts.items()
-        }
         windows = [p for ps in self.by_doc.values() for p in ps]
         asked_docs = {p.doc_id for c in self.candidates for p in c.passages}
         return {
@@ -346,7 +230,7 @@ class _Run:
             "attempt_budget": self.budget,
             "by_kind": by_kind,
             "dropped": {r: dropped[r] for r in filters.REASONS},
-            "filters": filter_table,
+            "filters": self.filter_table(),
             "languages": dict(Counter(c.lang for c in selected)),
             "passages": {
                 "documents": len(self.corpus),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from composer.metrics.answer import token_f1
 from composer.metrics.textmatch import contains_answer
@@ -14,6 +15,7 @@ REASONS: tuple[str, ...] = (
     "length",
     "span_not_found",
     "answer_in_question",
+    "self_contained",
     "near_duplicate",
     "unsupported",
     "answered_by_passage",
@@ -60,6 +62,20 @@ def length_problem(
 def answer_in_question(question: str, answer: str) -> bool:
     """The question gives its own answer away (folded text, so spelling variants count)."""
     return contains_answer(question, answer)
+
+
+def leans_on(follow_up: str, standalone: str, earlier: Sequence[str], lang: str) -> bool:
+    """Whether a follow-up needs its conversation: its standalone rewrite brings back words of the earlier
+    user turns (the entity a pronoun or an ellipsis stands for) that the follow-up itself leaves out. One
+    that repeats them all, or whose rewrite takes nothing from the earlier turns, stands alone."""
+    said = _key_tokens(follow_up, lang)
+    before = frozenset().union(*(_key_tokens(t, lang) for t in earlier))
+    return bool((_key_tokens(standalone, lang) & before) - said)
+
+
+def _key_tokens(text: str, lang: str) -> frozenset[str]:
+    """Stemmed content words: an Arabic clitic or an English possessive does not make a word new."""
+    return frozenset(tokenize(text, lang, stopwords=True, stem=True))
 
 
 def closed_book_match(closed: str, reference: str, threshold: float, lang: str) -> bool:

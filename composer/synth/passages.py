@@ -9,10 +9,13 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from composer.data.types import Corpus, Document
 from composer.llm.prompt import PromptLanguage, prompt_language
 from composer.text import sentence_spans
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -96,3 +99,21 @@ def cycled(items: Sequence[tuple[Passage, Passage]], seed: int) -> Iterator[tupl
     rng = random.Random(f"synth-pairs:{seed}")
     while items:
         yield from rng.sample(list(items), len(items))
+
+
+class Lookahead(Generic[T]):
+    """An endless iterator whose next item can be looked at without taking it."""
+
+    def __init__(self, items: Iterator[T]) -> None:
+        self._items = items
+        self._next: T | None = None
+
+    def peek(self) -> T:
+        if self._next is None:
+            self._next = next(self._items)
+        return self._next
+
+    def take(self) -> T:
+        item = self.peek()
+        self._next = None
+        return item

@@ -136,6 +136,47 @@ UNANSWERABLE: Localized = fenced({
     ),
 })
 
+CONVERSATION: Localized = fenced({
+    "ar": PromptTemplate(
+        "أنت تكتب محادثات لتقييم نظام بحث انطلاقًا من مقطع نصي. اكتب محادثة من سؤال أول ثم أسئلة متابعة "
+        "عددها $follow_ups، كلها عن المقطع. السؤال الأول مفهوم بذاته: يذكر الموضوع صراحة. كل سؤال متابعة "
+        "يعتمد على ما قبله ولا يُفهم وحده: يشير إلى الموضوع بضمير (مثل «ومتى توفي؟»)، أو يحذف ما سبق ذكره، "
+        "أو يقول «وماذا عن ...؟»، ولا يكرر اسم الموضوع. كل سؤال يسأل عن حقيقة مختلفة، وجوابه عبارة قصيرة "
+        "منقولة حرفيًا من المقطع، ولا تضع الجواب في السؤال. ولكل سؤال متابعة اكتب standalone: السؤال نفسه "
+        "معادَ الصياغة ليُفهم وحده، بذكر الموضوع صراحة. لا تقل «المقطع» أو «النص». اكتب بالعربية الفصحى. "
+        'أجب بكائن JSON فقط: {"turns": [{"question": "...", "answer": "..."}, '
+        '{"question": "...", "answer": "...", "standalone": "..."}]}',
+        _ONE,
+    ),
+    "fa": PromptTemplate(
+        "تو برای ارزیابی یک سامانهٔ جست‌وجو از روی یک متن گفت‌وگو می‌نویسی. گفت‌وگویی بنویس با یک پرسش "
+        "نخست و سپس $follow_ups پرسش پیگیری، همه دربارهٔ متن. پرسش نخست به‌تنهایی فهمیدنی است و موضوع را "
+        "صریح نام می‌برد. هر پرسش پیگیری به پرسش‌های پیشین تکیه دارد و به‌تنهایی فهمیدنی نیست: با ضمیر به "
+        "موضوع اشاره می‌کند (مانند «قیمتش چقدر است؟»)، آنچه پیش‌تر گفته شده را نمی‌آورد، یا می‌گوید «و "
+        "دربارهٔ ... چه؟»، و نام موضوع را تکرار نمی‌کند. هر پرسش واقعیتی متفاوت را می‌پرسد و پاسخش عبارتی "
+        "کوتاه است که عیناً از متن برداشته شده است؛ پاسخ را در پرسش نیاور. برای هر پرسش پیگیری standalone "
+        "را هم بنویس: همان پرسش، بازنویسی‌شده تا به‌تنهایی فهمیدنی باشد و موضوع را صریح نام ببرد. از «متن» "
+        "یا «این بخش» سخن نگو. به فارسی و با حروف فارسی (ی و ک) بنویس. "
+        'فقط با یک شیء JSON پاسخ بده: {"turns": [{"question": "...", "answer": "..."}, '
+        '{"question": "...", "answer": "...", "standalone": "..."}]}',
+        _ONE,
+    ),
+    "en": PromptTemplate(
+        "You write conversations for evaluating a search system from a passage. Write a conversation of a "
+        "first question and then $follow_ups follow-up questions, all about the passage. The first question "
+        "makes sense on its own: it names the subject. Each follow-up leans on the questions before it and "
+        'makes no sense alone: it refers to the subject with a pronoun (like "and when did he die?"), leaves '
+        'out what was already said, or asks "what about ...?", and it does not repeat the subject\'s name. '
+        "Each question asks for a different fact, its answer is a short span copied exactly from the "
+        "passage, and no question gives its answer away. For each follow-up also write standalone: the same "
+        'question rewritten to make sense alone, naming the subject. Do not say "the passage" or "the '
+        'text". Write in English. Reply with JSON only: {"turns": [{"question": "...", "answer": "..."}, '
+        '{"question": "...", "answer": "...", "standalone": "..."}]}',
+        _ONE,
+    ),
+})
+"""A conversation on one passage: its first question, follow-ups leaning on it, their standalone rewrites."""
+
 SUPPORTED: Localized = fenced({
     "ar": PromptTemplate(
         "أنت تتحقق من سؤال وجوابه مقابل نص. قرّر هل ينص النص وحده على هذا الجواب عن السؤال أو يدل عليه "

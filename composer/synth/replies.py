@@ -43,6 +43,28 @@ def parse_generated(reply: str, *, with_answer: bool) -> tuple[str, str | None]:
     return question, answer
 
 
+def parse_conversation(reply: str, follow_ups: int) -> list[tuple[str, str, str | None]]:
+    """(question, answer, standalone) of each user turn from {"turns": [...]}, at most ``1 + follow_ups``:
+    a first question and at least one follow-up, each with its answer, every follow-up with its rewrite."""
+    data = _object(reply)
+    turns = data.get("turns")
+    if not isinstance(turns, list) or len(turns) < 2:
+        raise ParseError("expected 'turns': a first question and at least one follow-up")
+    out: list[tuple[str, str, str | None]] = []
+    for i, item in enumerate(turns[: 1 + follow_ups]):
+        if not isinstance(item, Mapping):
+            raise ParseError(f"turn {i + 1} is not an object")
+        turn = {str(k).strip().lower(): v for k, v in item.items()}
+        question, answer = _text(turn, "question"), _text(turn, "answer")
+        standalone = _text(turn, "standalone")
+        if question is None or answer is None:
+            raise ParseError(f"turn {i + 1} has no question or no answer")
+        if i and standalone is None:
+            raise ParseError(f"follow-up {i} has no standalone rewrite")
+        out.append((question, answer, standalone if i else None))
+    return out
+
+
 def parse_check(reply: str, key: str) -> bool:
     """The 1/0 verdict under ``key`` ("supported", "answerable"), or a bare verdict."""
     data = extract_json(reply)

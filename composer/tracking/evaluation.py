@@ -50,7 +50,8 @@ def log_evaluation(
     run = client.create_run(found, run_name=run_name, tags={"composer.kind": "evaluate"})
     run_id = str(run.info.run_id)
     now = int(time.time() * 1000)
-    metrics = [Metric(mlflow_metric_name(k), float(v), now, 0) for k, v in report.means().items()]
+    means = {**report.means(), **report.breakdown_means()}  # by turn too, for a conversational set
+    metrics = [Metric(mlflow_metric_name(k), float(v), now, 0) for k, v in means.items()]
     summary = report.summary()
     params = {
         "n_questions": summary.get("n_questions"),

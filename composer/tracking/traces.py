@@ -76,6 +76,7 @@ class Tracer:
         filters by any of them."""
         import mlflow
         from mlflow.entities import SpanType
+        from mlflow.tracing.constant import TraceMetadataKey
 
         return mlflow.start_span_no_context(
             "question",
@@ -88,6 +89,8 @@ class Tracer:
                 TRIAL_TAG: str(number),
                 "composer.question_id": sample.question_id,
             },
+            # A conversation's turns share its id as MLflow's session: the UI shows them together.
+            metadata={TraceMetadataKey.TRACE_SESSION: sample.conversation} if sample.conversation else None,
         )
 
     def _assess(self, trace_id: str, sample: Any, judge_model: str) -> None:
@@ -152,7 +155,9 @@ def _retrieval_spans(root: LiveSpan, sample: Any, cfg: Mapping[str, Any], t: int
         SpanType.RETRIEVER,
         t,
         latency.get("retrieve", 0.0),
-        {"query": sample.question},
+        # The query the search ran with, where a conversation made it other than the question's words.
+        {"query": sample.question}
+        | ({"searched_query": sample.searched_query} if sample.searched_query else {}),
         {"candidates": "reranked below"} if reranked else docs,
         {"mode": retrieval.get("mode"), "k": retrieval.get("k")},
     )

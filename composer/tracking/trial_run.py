@@ -105,6 +105,9 @@ class RunWriter(StudyRun):
             Metric(mlflow_metric_name(k), float(v), now, 0)
             for k, v in sorted(trial_metrics(trial, record).items(), key=lambda item: item[0] != COMPOSITE)
         ]
+        if artifacts.report is not None:  # a conversational set's scores by turn (none for lone questions)
+            by_turn = artifacts.report.breakdown_means()
+            metrics += [Metric(mlflow_metric_name(k), v, now, 0) for k, v in by_turn.items()]
         steps = trial.intermediate_values
         metrics += [Metric("running_composite", steps[step], now, step) for step in sorted(steps)]
         traced = artifacts.report is not None and traces and self.max_traces != 0

@@ -200,6 +200,36 @@ def test_composer_serve_loads_the_models_uri(
 
 
 @pytest.mark.slow
+def test_composer_serve_answers_a_registered_models_follow_ups_with_their_history(
+    registered: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registered winner's ``conversation:`` stage serves chats: "and when was he born?" alone finds
+    another passage; after "who is Jamal Khashoggi?" it finds his, plain, streamed and through ``predict``."""
+    import mlflow.pyfunc
+    from fastapi.testclient import TestClient
+
+    from composer.serve import create_app, load_engine
+
+    tracking, _ = registered
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)
+    first, follow_up = "من هو جمال أحمد حمزة خاشقجي؟", "متى ولد؟"
+    app = TestClient(create_app(load_engine("models:/qa-model@champion")))
+    alone = app.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": follow_up}]})
+    assert not alone.json()["citations"][0].startswith("arcd-000")
+    chat = [{"role": "user", "content": first}, {"role": "assistant", "content": "صحفي سعودي."},
+            {"role": "user", "content": follow_up}]
+    plain = app.post("/v1/chat/completions", json={"messages": chat}).json()
+    assert plain["citations"][0] == "arcd-000-0"
+    streamed = [line for line in app.post("/v1/chat/completions", json={"messages": chat, "stream": True})
+                .text.split("\n\n") if line]
+    assert json.loads(streamed[-2][len("data: "):])["citations"][0] == "arcd-000-0"
+    model = mlflow.pyfunc.load_model("models:/qa-model@champion").unwrap_python_model()
+    asked = {"question": follow_up, "history": [{"role": "user", "text": first}]}
+    rows = model.predict(None, [asked, follow_up])
+    assert rows[0]["hits"][0]["doc_id"] == "arcd-000-0" != rows[1]["hits"][0]["doc_id"]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "message"), [
     (["--register", "bad/name"], "a model name is"),
     (["--promote"], "--register NAME"),

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +28,7 @@ from typer.testing import CliRunner
 
 import composer
 from composer.cli.app import app as cli
+from composer.data.types import Turn
 from composer.serve import create_app
 from composer.serve.engine import Reply, Timed
 from composer.serve.guard import LOOPBACK_HOSTS, Access, Connections, server
@@ -46,7 +47,7 @@ class SlowEngine:
     def search(self, question: str, k: int | None) -> Timed:
         raise AssertionError("not searched")
 
-    def ask(self, question: str) -> Timed:
+    def ask(self, question: str, history: Sequence[Turn] = ()) -> Timed:
         time.sleep(self.seconds)
         return Timed(Reply(f"answer to {question}", "en"), self.seconds)
 

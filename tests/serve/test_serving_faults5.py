@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 
 import composer.serve.app as serve_app
 from composer.cli.app import app as cli
+from composer.data.types import Turn
 from composer.serve import create_app
 from composer.serve.engine import Reply, Timed
 
@@ -29,7 +31,7 @@ class EchoEngine:
     def search(self, question: str, k: int | None) -> Timed:
         raise AssertionError("not searched")
 
-    def ask(self, question: str) -> Timed:
+    def ask(self, question: str, history: Sequence[Turn] = ()) -> Timed:
         return Timed(Reply(question, "en"), 0.0)
 
 
