@@ -98,6 +98,9 @@ def render_report(study: optuna.Study, exp: ExperimentConfig, ui_url: str | None
             parts += [f"<h2>{heading}</h2>", f'<img alt="{heading}" src="data:image/png;base64,{data}">']
         elif key == "param_importances" and charts and (note := plots.importances_note(study)) is not None:
             parts += [f"<h2>{heading}</h2>", f"<p>{html.escape(note.capitalize())}.</p>"]
+    by_turn = None if best is None or runs is None else _by_turn_section(runs, best, list(weights))
+    if by_turn is not None:
+        parts += ["<h2>The winner's scores by turn</h2>", by_turn]
     parts.append(f"<h2>The winner's {WORST} worst questions</h2>")
     worst = None if best is None or runs is None else _worst_questions(runs, best, list(weights))
     parts.append(
@@ -326,6 +329,28 @@ def _intervals_table(board: pd.DataFrame, metrics: list[str], runs: StudyRuns | 
     if not rows:
         return "<p>No trial summaries in MLflow to read intervals from.</p>"
     return _table(["trial", *metrics], rows)
+
+
+def _by_turn_section(runs: StudyRuns, number: int, metrics: list[str]) -> str | None:
+    """The winner's objective metrics by turn (first turns, follow-ups, each position, per conversation)
+    with their intervals over conversations, from its run's ``summary.json``; None for a question set
+    without conversations."""
+    run_id = runs.trials.get(number)
+    summary = None if run_id is None else _run_summary(runs.client, run_id)
+    found = (summary or {}).get("conversations")
+    if not isinstance(found, dict) or not found.get("metrics"):
+        return None
+    means, cis = found["metrics"], found.get("ci") or {}
+    views: dict[str, dict[str, str | None]] = {}
+    for name in means:
+        metric, _, view = name.rpartition(".")
+        if metric in metrics or metric.startswith("all_found@"):
+            views.setdefault(view, {})[metric] = _interval(means[name], cis.get(name))
+    columns = sorted({m for row in views.values() for m in row})
+    note = (f"<p>{found.get('n_conversations')} conversations, {found.get('n_follow_ups')} follow-ups; each "
+            "interval resamples whole conversations.</p>")
+    return note + _table(["turns", *columns], ([view, *(row.get(m) for m in columns)]
+                                               for view, row in views.items()))
 
 
 def _interval(mean: Any, ci: Any) -> str | None:

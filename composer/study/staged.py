@@ -10,10 +10,10 @@ retrieval configuration the fewest trials have run on. Export, leaderboard and t
 ``<name>`` as for a joint study.
 
 A dimension belongs to stage 2 when it is a ``generation`` or ``query_expansion`` setting, when one of its
-values calls the LLM (``rerank.method: llm``), or when its ``when`` names such a setting; every other one is
-a retrieval dimension. The stage-1 configurations stage 2 runs on are recorded on ``<name>`` when it begins
-(``STAGED_ATTR``): a rerun continues stage 1, or stage 2, and never runs stage 1 again once stage 2 began
-(a larger ``n_trials`` then goes to stage 2)."""
+values calls the LLM (``rerank.method: llm``, ``conversation.rewrite: llm``), or when its ``when`` names such
+a setting; every other one is a retrieval dimension. The stage-1 configurations stage 2 runs on are
+recorded on ``<name>`` when it begins (``STAGED_ATTR``): a rerun continues stage 1, or stage 2, and never
+runs stage 1 again once stage 2 began (a larger ``n_trials`` then goes to stage 2)."""
 
 from __future__ import annotations
 
@@ -91,9 +91,12 @@ def _calls_llm(dim: Dimension) -> bool:
     """A setting of an LLM section, or a rerank choice (a method, or a bundle's) that is the LLM reranker."""
     if dim.key.split(".")[0] in LLM_SECTIONS:
         return True
-    if dim.key == "rerank":
-        return any(bundle.get("method") == "llm" for bundle in dim.bundles.values())
-    return dim.key == "rerank.method" and "llm" in dim.choices
+    for section, field in (("rerank", "method"), ("conversation", "rewrite")):
+        if dim.key == section:
+            return any(bundle.get(field) == "llm" for bundle in dim.bundles.values())
+        if dim.key == f"{section}.{field}" and "llm" in dim.choices:
+            return True
+    return False
 
 
 def retrieval_objective(config: ObjectiveConfig) -> ObjectiveConfig:
@@ -108,13 +111,15 @@ def retrieval_objective(config: ObjectiveConfig) -> ObjectiveConfig:
 
 
 def retrieval_space(space: SearchSpace, keys: Sequence[str]) -> SearchSpace:
-    """The retrieval dimensions over defaults that call no LLM: no generator, no query expansion, and no
-    LLM reranking by default."""
+    """The retrieval dimensions over defaults that call no LLM: no generator, no query expansion, no LLM
+    reranking and no LLM rewrite of follow-ups (``concat`` instead) by default."""
     defaults = dict(space.defaults)
     defaults["generation"] = {**defaults.get("generation", {}), "model": None}
     defaults["query_expansion"] = {**defaults.get("query_expansion", {}), "method": "none"}
     if defaults.get("rerank", {}).get("method") == "llm":
         defaults["rerank"] = {"method": "none"}
+    if defaults.get("conversation", {}).get("rewrite") == "llm":
+        defaults["conversation"] = {**defaults["conversation"], "rewrite": "concat"}
     dims = tuple(d for d in space.dimensions if d.key in keys)
     return SearchSpace(dims, defaults, f"{space.source} (stage 1: retrieval)")
 

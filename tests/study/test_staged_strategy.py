@@ -23,8 +23,9 @@ from composer.cli.app import app
 from composer.record import TrialRecord
 from composer.study.experiment import load_experiment
 from composer.study.fate import fate_of
+from composer.study.space import SearchSpace
 from composer.study.space_file import parse_search_space
-from composer.study.staged import STAGED_ATTR, split_dimensions
+from composer.study.staged import STAGED_ATTR, retrieval_space, split_dimensions
 
 RETRIEVAL = {"retrieval.mode": {"choices": ["bm25"]}, "retrieval.k": {"choices": [1, 3, 5]}}
 DIMS = {**RETRIEVAL, "generation.template": {"choices": ["concise", "grounded"]}}
@@ -124,6 +125,25 @@ def test_split_puts_llm_calling_and_dependent_dimensions_in_stage_two() -> None:
     assert [d.key for d in first] == ["retrieval.k", "chunking.size"]
     assert [d.key for d in second] == ["rerank.method", "rerank.top_n", "query_expansion.method",
                                        "generation.temperature"]
+
+
+def test_an_llm_rewrite_of_follow_ups_is_searched_in_stage_two() -> None:
+    """Stage 1 calls no LLM: a space that may rewrite follow-ups with one searches the rewrite (and what
+    hangs on it) with the generation, and stage 1 runs on concat."""
+    space = parse_search_space({
+        "retrieval.k": {"choices": [3, 5]},
+        "conversation.rewrite": {"choices": ["concat", "llm"]},
+        "conversation.window": {"choices": [1, 2], "when": {"conversation.rewrite": "concat"}},
+        "generation.temperature": {"choices": [0.0, 0.5]},
+    })
+    first, second = split_dimensions(space)
+    assert [d.key for d in first] == ["retrieval.k"]
+    assert [d.key for d in second] == ["conversation.rewrite", "conversation.window",
+                                       "generation.temperature"]
+    offline = parse_search_space({"conversation.rewrite": {"choices": ["none", "concat"]}})
+    assert [d.key for d in split_dimensions(offline)[0]] == ["conversation.rewrite"]
+    llm_default = SearchSpace((), {"conversation": {"rewrite": "llm", "window": 3}}, "space")
+    assert retrieval_space(llm_default, []).defaults["conversation"] == {"rewrite": "concat", "window": 3}
 
 
 @pytest.mark.parametrize(
