@@ -31,7 +31,14 @@ from composer.judges.prompts import (
 )
 from composer.llm.cache import cache_key
 from composer.llm.config import LLMConfig, helper_config
-from composer.llm.prompt import Localized, PromptLanguage, numbered, prompt_language, transcript
+from composer.llm.prompt import (
+    Localized,
+    PromptLanguage,
+    conversation_language,
+    numbered,
+    prompt_language,
+    transcript,
+)
 from composer.metrics.scorers import references
 from composer.pipeline.config import PipelineConfig
 from composer.retrieval.conversation import window_turns
@@ -105,7 +112,7 @@ def expected_answer(question: Question, template: str) -> str:
     sentence with the question for the grounded one; the refusal without a reference."""
     refs = references(question, None)
     if not refs:
-        return REFUSALS[prompt_language(question.question)]
+        return REFUSALS[conversation_language(question.question, question.history)]
     return refs[0] if template == "concise" else f"{question.question} {refs[0]}"
 
 
@@ -117,7 +124,7 @@ def _rewrite(question: Question, config: PipelineConfig, base: LLMConfig | None)
     turns = window_turns(question.history, conversation)
     if conversation.rewrite != "llm" or helper is None or not turns:
         return []
-    lang = prompt_language(" ".join([*(t.text for t in turns), question.question]))
+    lang = conversation_language(question.question, turns)
     messages = CONDENSE[lang].messages(history=transcript(turns, lang), question=question.question)
     return [Call("conversation rewrite", helper, messages, _json({"question": question.question}))]
 

@@ -86,7 +86,7 @@ def as_turn_number(value: Any, where: Where) -> int | None:
         return None
     number = value
     if isinstance(value, str):
-        number = int(value) if value.strip().isdigit() else None
+        number = int(value) if value.strip().isdecimal() and value.strip().isascii() else None
     elif isinstance(value, float) and value.is_integer():
         number = int(value)
     if isinstance(number, bool) or not isinstance(number, int) or number < 1:
@@ -244,7 +244,7 @@ def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
-    if not raw.isdigit():
+    if not (raw.isdecimal() and raw.isascii()):
         raise InputError(f"expected a whole number (got {raw!r})", field=name)
     return int(raw)
 

@@ -119,12 +119,14 @@ def _question(row: dict[str, Any], where: Where, make_id: IdMaker) -> Question:
     if (too_long := over_limit(history)) is not None:
         raise where.error(too_long, field="history")
     turn = as_turn_number(fields.get("turn"), where)
-    if history:
-        position = 1 + sum(t.role == "user" for t in history)
-        if turn is not None and turn != position:
-            raise where.error(f"turn {turn}, but its history holds {position - 1} earlier user turn(s): a "
-                              "history holds every earlier turn, oldest first", field="turn")
-        turn = position
+    conversation = as_id(fields.get("conversation_id"), where, "conversation_id")
+    position = 1 + sum(t.role == "user" for t in history)
+    if turn is not None and turn != position:
+        raise where.error(f"turn {turn}, but its history holds {position - 1} earlier user turn(s): a "
+                          "history holds every earlier turn, oldest first (or write one conversation per "
+                          "line: {id, turns})", field="turn")
+    if history or conversation is not None:
+        turn = position  # a conversation's first turn is turn 1, so two of them are caught as a repeat
     standalone = (as_text(fields.get("standalone"), where, "standalone") or "").strip()
     return Question(
         id=as_id(fields.get("id"), where) or make_id.make(text),
@@ -134,7 +136,7 @@ def _question(row: dict[str, Any], where: Where, make_id: IdMaker) -> Question:
         answers=tuple(a.strip() for a in as_list(fields.get("answers"), where, "answers", ids=False)),
         context=as_list(fields.get("context"), where, "context", ids=False),
         metadata={**extra, **as_metadata(fields.get("metadata"), where)},
-        conversation_id=as_id(fields.get("conversation_id"), where, "conversation_id"),
+        conversation_id=conversation,
         turn=turn,
         history=history,
         standalone=standalone or None,

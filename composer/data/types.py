@@ -114,8 +114,9 @@ class Question:
 
     @property
     def is_follow_up(self) -> bool:
-        """A turn after the first of its conversation: it has history to lean on."""
-        return bool(self.history)
+        """A turn after the first of its conversation: an earlier user turn to lean on (a history of an
+        assistant's greeting alone leaves a first turn)."""
+        return any(t.role == "user" for t in self.history)
 
     @property
     def conversation(self) -> str:
@@ -281,7 +282,7 @@ class QuestionSet:
 
     def has_follow_ups(self) -> bool:
         """Whether any question leans on earlier turns: what a conversation stage is for."""
-        return any(q.history for q in self.questions)
+        return any(q.is_follow_up for q in self.questions)
 
     def _hash(self) -> str:
         h = hashlib.sha256()

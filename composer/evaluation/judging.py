@@ -1,5 +1,5 @@
-"""The judges of a run, set up once from its ``judge:`` settings and shared by every batch and trial that
-it scores (``composer.evaluation.scoring``)."""
+"""The judges of an evaluation or a study, set up once from its ``judge:`` settings and shared by every
+batch and trial that it scores (``composer.evaluation.scoring``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from composer.llm import LLMClient, LLMConfig
 
 @dataclass(frozen=True)
 class Judging:
-    """The judges of a run: one client (one model, temperature 0) shared by every batch and trial."""
+    """The judges of an evaluation or a study: one client (one model, temperature 0) shared by every batch
+    and trial."""
 
     client: LLMClient
     settings: JudgeSettings
@@ -33,8 +34,9 @@ class Judging:
 def make_judging(
     judge: JudgeConfig, llm: LLMConfig | None, workdir: Path, *, also: Sequence[str] = ()
 ) -> Judging:
-    """The judge of a run from its ``judge:`` settings over the generator's ``llm`` settings; ``also``
-    adds judge metrics (those an objective weighs). Replies are cached under ``<workdir>/cache/llm``."""
+    """The judge of an evaluation or a study from its ``judge:`` settings over the generator's ``llm``
+    settings; ``also`` adds judge metrics (those an objective weighs). Replies are cached under
+    ``<workdir>/cache/llm``."""
     from composer.embedding import CachedEmbedder
     from composer.pipeline.workspace import Workspace, shared_embedder
 

@@ -81,14 +81,14 @@ def producer_of(system: object, corpus: Corpus | None, workdir: Path, concurrenc
     if isinstance(system, Pipeline):
         return _indexable(system, corpus)
     if isinstance(system, PipelineConfig) or is_config_file(system) or (
-        isinstance(system, Mapping) and not _is_run(system)
+        isinstance(system, Mapping) and not _is_hit_lists(system)
     ):
         return _indexable(Pipeline.from_config(pipeline_config(system), workdir=workdir), corpus)
     if isinstance(system, str | Path):
         ranking_file = read_ranking_file(system)
         return _given(ranking_file.hits, ranking_file.answers, corpus)
     if isinstance(system, Mapping):
-        return _given(_run_of(system), {}, corpus)
+        return _given(_hit_lists_of(system), {}, corpus)
     if is_system(system):
         return SystemPipeline(system, corpus=corpus, concurrency=concurrency)
     raise not_a_system(
@@ -104,12 +104,12 @@ def _indexable(pipeline: Pipeline, corpus: Corpus | None) -> Pipeline:
     return pipeline
 
 
-def _is_run(mapping: Mapping[Any, Any]) -> bool:
+def _is_hit_lists(mapping: Mapping[Any, Any]) -> bool:
     """A run maps question ids to lists; a pipeline config maps sections to mappings."""
     return bool(mapping) and all(isinstance(v, list | tuple) for v in mapping.values())
 
 
-def _run_of(mapping: Mapping[Any, Any]) -> dict[str, Any]:
+def _hit_lists_of(mapping: Mapping[Any, Any]) -> dict[str, Any]:
     return {normal_id(str(qid)): as_hits(items, str(qid)) for qid, items in mapping.items()}
 
 

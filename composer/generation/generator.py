@@ -9,7 +9,7 @@ from composer.data.types import Hit, Turn
 from composer.errors import ConfigError
 from composer.generation.prompts import ANSWER_TEMPLATES, FOLLOW_UP_TEMPLATES, REFUSALS
 from composer.llm.client import LLMClient, Result
-from composer.llm.prompt import PromptLanguage, numbered, prompt_language, transcript
+from composer.llm.prompt import PromptLanguage, conversation_language, numbered, transcript
 
 
 def answer_messages(
@@ -18,7 +18,7 @@ def answer_messages(
     """The request that answers ``question`` from ``contexts`` with ``template``, in the question's
     language, the conversation so far (``history``) shown before it: the answer answers what the user
     said, in the conversation it was said in (what a trial sends, and what a cost estimate counts)."""
-    lang = prompt_language(question)
+    lang = conversation_language(question, history)
     passages = numbered([" ".join(c.split()) for c in contexts])
     if history:
         return FOLLOW_UP_TEMPLATES[template][lang].messages(
@@ -92,7 +92,7 @@ class Generator:
         return answer_messages(self.template, question, contexts, history)
 
     async def agenerate(self, question: str, contexts: Sequence[str], history: Sequence[Turn] = ()) -> Answer:
-        lang = prompt_language(question)
+        lang = conversation_language(question, history)
         given = tuple(c for c in contexts if c.strip())
         if not given:
             return Answer(REFUSALS[lang], lang, None)  # nothing to ground an answer in: no call to pay for
@@ -106,7 +106,7 @@ class Generator:
         """``agenerate``'s answer as the LLM writes it (``LLMClient.astream``): the text's pieces, then the
         Answer, whose text is the pieces joined and stripped (None, ``result`` saying why, when the call
         failed, even midway)."""
-        lang = prompt_language(question)
+        lang = conversation_language(question, history)
         given = tuple(c for c in contexts if c.strip())
         if not given:
             yield REFUSALS[lang]

@@ -30,6 +30,12 @@ def prompt_language(text: str) -> PromptLanguage:
     return lang if lang in ("ar", "fa") else "en"
 
 
+def conversation_language(question: str, history: Sequence[Turn] = ()) -> PromptLanguage:
+    """The language of a question in its conversation: a follow-up of two words («و مادرش؟») says too
+    little alone (Persian reads as Arabic), so the turns before it are read with it."""
+    return prompt_language(" ".join([*(t.text for t in history), question]))
+
+
 FENCE_OPEN, FENCE_CLOSE = "⟦data⟧", "⟦/data⟧"
 _FENCE_CHARS = str.maketrans({"⟦": "[", "⟧": "]", "〚": "[", "〛": "]", "［": "[", "］": "]"})
 _OPENERS = "".join(c for c in map(chr, range(0x10000)) if unicodedata.category(c) == "Ps") + "<＜﹤‹«"

@@ -1,8 +1,8 @@
-"""Judging rankings: which keys are ranked, in which order, and which of them are relevant.
+"""Matching rankings: which keys are ranked, in which order, and which of them are relevant.
 
 The retrieval metrics then only compare a relevance matrix with the number of relevant items per question
 (``Matched``), so every match mode shares the same, parity-tested metric code. Document and chunk modes
-judge ids, vectorized over a whole ``Ranking``; answer and context modes read texts, one question at a time.
+match ids, vectorized over a whole ``Ranking``; answer and context modes read texts, one question at a time.
 """
 
 from __future__ import annotations
@@ -82,10 +82,10 @@ def match_ranking(
     corpus: Corpus | None = None,
     universe: Universe | None = None,
 ) -> Matched:
-    """Judge every row of ``ranking`` (row i answers ``questions[i]``) under ``mode``.
+    """Match every row of ``ranking`` (row i answers ``questions[i]``) under ``mode``.
 
     Document and chunk modes compare ids, as arrays: chunks of one document count once, at their best
-    rank. Answer and context modes read texts, one question at a time (see ``judge``).
+    rank. Answer and context modes read texts, one question at a time (see ``match_hits``).
     """
     if mode == "document":
         return _by_keys(

@@ -14,13 +14,13 @@ collection. ``composer serve`` opens the same files itself, without MLflow's pyf
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mlflow.pyfunc import PythonModel
 
-from composer.data.conversations import over_limit
 from composer.errors import InputError
 from composer.pipeline.pipeline import Pipeline
 from composer.registered.model_files import open_pipeline
@@ -52,8 +52,6 @@ class ComposerModel(PythonModel):
         rows = []
         for question, given in asks_of(model_input):
             history = history_turns(given)
-            if (over := over_limit(history)) is not None:
-                raise InputError(f"history of {question!r}: {over}", field="history")
             with _LOCK:
                 answer = pipe.ask(question, history=history)
             hits = [{"id": h.id, "text": h.text, "score": h.score, "doc_id": h.doc_id,
@@ -62,6 +60,17 @@ class ComposerModel(PythonModel):
                          "citations": list(answer.citations), "language": answer.language,
                          "refusal": answer.refusal})
         return rows
+
+
+def _history_cell(cell: Any) -> Any:
+    """A DataFrame's history cell: a list of turns, or the JSON text of one (as a CSV holds it)."""
+    if isinstance(cell, str) and cell.strip():
+        try:
+            return json.loads(cell)
+        except ValueError:
+            raise InputError("a history cell is neither a list of turns nor JSON text of one",
+                              field="history") from None
+    return cell if isinstance(cell, list | tuple) else None
 
 
 def signature() -> Any:
@@ -92,8 +101,7 @@ def asks_of(model_input: Any) -> list[tuple[str, Any]]:
         if "history" not in model_input.columns:
             return [(q, None) for q in questions]
         cells = [h.tolist() if hasattr(h, "tolist") else h for h in model_input["history"].tolist()]
-        return [(q, h if isinstance(h, list | tuple) else None)
-                for q, h in zip(questions, cells, strict=True)]
+        return [(q, _history_cell(h)) for q, h in zip(questions, cells, strict=True)]
     if isinstance(model_input, Mapping):
         value = model_input.get("question")
         if isinstance(value, str):

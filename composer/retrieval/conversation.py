@@ -23,11 +23,13 @@ from collections.abc import Hashable, Iterable, Mapping, MutableMapping, Sequenc
 from dataclasses import dataclass
 from typing import Any
 
+from composer.data.conversations import as_turns, over_limit
+from composer.data.fields import Where
 from composer.data.types import Question, StageError, Turn
 from composer.errors import InputError
 from composer.llm.client import LLMClient
 from composer.llm.parse import parse_step_back
-from composer.llm.prompt import prompt_language, transcript
+from composer.llm.prompt import conversation_language, transcript
 from composer.llm.spend import purpose
 from composer.llm.sync import run_sync
 from composer.retrieval.config import ConversationConfig
@@ -44,21 +46,12 @@ HISTORY_OPEN, HISTORY_CLOSE = "⟪", "⟫"
 
 
 def history_turns(history: HistoryLike | None) -> tuple[Turn, ...]:
-    """``history`` as Turns, oldest first; a message with another role or no text is an InputError."""
-    turns: list[Turn] = []
-    for i, item in enumerate(history or ()):
-        if isinstance(item, Turn):
-            turns.append(item)
-            continue
-        role = item.get("role")
-        text = item.get("text", item.get("content"))
-        if role not in ("user", "assistant"):
-            raise InputError(f"history turn {i + 1}: role must be 'user' or 'assistant', got {role!r}",
-                             field="history")
-        if not isinstance(text, str) or not text.strip():
-            raise InputError(f"history turn {i + 1}: empty text", field="history")
-        turns.append(Turn(role, text))
-    return tuple(turns)
+    """``history`` as Turns, oldest first, read as question files read it (``as_turns``: ``{role, text}``,
+    ``{role, content}``, LangChain's shapes; system messages dropped) and held to the same caps."""
+    turns = as_turns(list(history or ()), Where("history", 0, tabular=False), "history")
+    if (too_long := over_limit(turns)) is not None:
+        raise InputError(too_long, field="history")
+    return turns
 
 
 @dataclass(frozen=True)
@@ -170,7 +163,7 @@ class ConversationStage:
         slot = (config.model, config.api_base, question, turns)
         if slot in self.memo:
             return self.memo[slot], none
-        lang = prompt_language(" ".join([*(t.text for t in turns), question]))
+        lang = conversation_language(question, turns)
         messages = CONDENSE[lang].messages(history=transcript(turns, lang), question=question)
         result = await self.client.acomplete(messages, validate=parse_step_back)
         if not result.ok or result.text is None:

@@ -17,6 +17,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -263,12 +264,16 @@ async def _streamed(service: Service, head: dict[str, Any], question: str, histo
     span = None if tracer is None else tracer.start("chat", _inputs(question, history), session)
     pieces: Iterator[str | Timed] = service.engine.stream(question, history)
 
+    traced = False  # the span ended (finished or failed)
+
     async def step() -> str | Timed | None:
+        nonlocal traced
         try:
             return await anyio.to_thread.run_sync(next, pieces, None, limiter=service.threads)
         except BaseException as exc:
-            if tracer is not None:
+            if tracer is not None and not traced:
                 tracer.failed(span, exc)
+                traced = True
             raise
 
     first = await step()
@@ -283,22 +288,32 @@ async def _streamed(service: Service, head: dict[str, Any], question: str, histo
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n".encode()
 
     async def events() -> AsyncIterator[bytes]:
-        yield chunk({"role": "assistant", "content": ""})
-        item = first
-        while isinstance(item, str):
-            yield chunk({"content": item})
-            item = await step()
-        assert isinstance(item, Timed), "an engine's stream ends with its reply"
-        if tracer is not None:
-            tracer.finish(span, item)
-        r: Reply = item.value
-        if r.answer is None:
-            error = {"message": f"the pipeline's LLM failed: {r.error or 'no answer'}",
-                     "type": "server_error"}
-            yield f"data: {json.dumps({'error': error}, ensure_ascii=False)}\n\n".encode()
-        else:
-            yield chunk({}, "stop", citations=list(r.citations))
-        yield b"data: [DONE]\n\n"
+        nonlocal traced
+        try:
+            yield chunk({"role": "assistant", "content": ""})
+            item = first
+            while isinstance(item, str):
+                yield chunk({"content": item})
+                item = await step()
+            assert isinstance(item, Timed), "an engine's stream ends with its reply"
+            if tracer is not None:
+                tracer.finish(span, item)
+                traced = True
+            r: Reply = item.value
+            if r.answer is None:
+                error = {"message": f"the pipeline's LLM failed: {r.error or 'no answer'}",
+                         "type": "server_error"}
+                yield f"data: {json.dumps({'error': error}, ensure_ascii=False)}\n\n".encode()
+            else:
+                yield chunk({}, "stop", citations=list(r.citations))
+            yield b"data: [DONE]\n\n"
+        finally:  # a client that leaves mid-stream: stop the LLM's stream and end the request's trace
+            close = getattr(pieces, "close", None)
+            if close is not None:
+                with suppress(ValueError):  # a piece still being read in a worker thread: it ends there
+                    close()
+            if tracer is not None and not traced:
+                tracer.failed(span, ConnectionAbortedError("the client left before the answer ended"))
 
     return StreamingResponse(events(), media_type="text/event-stream")
 

@@ -1,4 +1,5 @@
-"""Optuna studies over pipeline configurations: search spaces, the composite objective, MLflow records."""
+"""Optuna studies over pipeline configurations: experiments, search spaces, the trial function, what became
+of each trial, the held-out verdict, export."""
 
 from composer.study.experiment import ExperimentConfig, load_experiment
 from composer.study.space import SearchSpace

@@ -110,7 +110,7 @@ def record_heartbeat(storage: BaseStorage, tid: int) -> None:
 
 def use_heartbeat(beat: Callable[[int, BaseStorage], AbstractContextManager[Any]]) -> None:
     """Have ``study.optimize`` keep a running trial alive with ``beat(trial_id, storage)`` (entered around
-    the objective) instead of Optuna's ``HeartbeatThread``, on storages with a heartbeat. Process-wide
+    the trial function) instead of Optuna's ``HeartbeatThread``, on storages with a heartbeat. Process-wide
     (Optuna looks the function up in its optimize module at each trial); calling it again changes nothing."""
     from optuna.storages._heartbeat import NullHeartbeatThread, is_heartbeat_enabled
     from optuna.study import _optimize

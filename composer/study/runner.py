@@ -114,22 +114,27 @@ class TrialRunner:
             self.artifacts = TrialArtifacts()
             try:
                 self._claim_slot(trial)
-                value = self.evaluate(trial, usage)
-                self._spool(trial.number)
-                return value
+                return self.evaluate(trial, usage)
             except optuna.TrialPruned:
-                self._spool(trial.number)
                 raise
             except Exception as exc:
                 self._failed(trial, exc, usage)
-                self._spool(trial.number)
                 raise
+            finally:
+                self._spool(trial.number)
 
     def _spool(self, number: int) -> None:
         """Spool what the trial produced for its MLflow run under its number (a repeat, or a trial failed
-        unscored, nothing): the writer reads it with the frozen trial handed over after Optuna's tell."""
-        if self.spool is not None:
+        unscored, nothing): the writer reads it with the frozen trial handed over after Optuna's tell.
+        Recording never decides a trial's fate: a write that fails is a warning, and the trial's run is
+        then written from its record alone."""
+        if self.spool is None:
+            return
+        try:
             self.spool.put_artifacts(number, self.artifacts)
+        except OSError as exc:
+            logger.warning("trial %d: its report could not be spooled for MLflow (%s): its run will hold "
+                           "its record (state, parameters, metrics) without the report's files", number, exc)
 
     def _claim_slot(self, trial: optuna.Trial) -> None:
         start = _optuna.trials_at_start(trial.study, trial.number)

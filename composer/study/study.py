@@ -38,7 +38,6 @@ from composer.study.plots import plots
 from composer.study.runner import TrialRunner
 from composer.study.space import SearchSpace
 from composer.summary import HeldOut, StudySummary
-from composer.version import composer_version
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -51,7 +50,7 @@ if TYPE_CHECKING:
     from composer.study.registry import Registered
     from composer.tracking.writer import StudyTracker
 
-__all__ = ["StudyResult", "composer_version", "estimate_study", "load_study", "run_study"]
+__all__ = ["StudyResult", "estimate_study", "load_study", "run_study"]
 
 @dataclass
 class StudyResult:

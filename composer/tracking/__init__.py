@@ -1,7 +1,7 @@
 """MLflow tracking: what a study, its trials, a question generation and an evaluation log, and how.
 
 A study's runs are written by ``trial_run.RunWriter``: the parent run (``study_run``, elected through the
-Optuna storage: ``parent.ParentClaims``) on a store and experiment checked first (``experiment``), one
+Optuna storage: ``parent.ParentClaims``) on a store and MLflow experiment checked first (``setup``), one
 nested run per trial and its traces (``traces``); ``writer`` runs it in a process of its own, fed through
 the on-disk ``spool`` (read back by ``spooled``). A trial's run is made after Optuna has told its end, from
 its ``FrozenTrial``, its ``composer.record.TrialRecord`` and the ``trial.TrialArtifacts`` the runner spooled

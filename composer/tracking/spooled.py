@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from composer.data.ranking import ChunkTable
 from composer.tracking.spool import (
-    ARTIFACTS,
     RECORD,
     UNTRACED,
     Refused,
@@ -40,10 +39,12 @@ writer was too far behind to write them with their runs."""
 
 def trial_artifacts(
     writer: Any, path: Path, number: int, tables_dir: Path, tables: dict[str, ChunkTable]
-) -> TrialArtifacts | str | None:
-    """The artifacts file the runner spooled for the trial whose record is ``path``. Without it (gone, or
-    damaged) the record is set aside as a damaged record is, and the why returned; None when the trial's
-    run was written already (a writer died between deleting the two files: the record is dropped)."""
+) -> TrialArtifacts | None:
+    """The artifacts file the runner spooled for the trial whose record is ``path``; None when the trial's
+    run was written already (a writer died between deleting the two files: the record is dropped). Without
+    it (never written, gone, or damaged: set aside) the run is still written from the record, which holds
+    the trial's state, parameters and metrics, with a warning: recording loses the report's files, never
+    the trial."""
     found = artifacts_file(tables_dir.parent, number)
     try:
         artifacts = read_record(found, tables_dir, tables)
@@ -51,19 +52,20 @@ def trial_artifacts(
             raise ValueError("not a trial's artifacts")
         return artifacts
     except Refused as exc:  # the file, or the chunk table it names
-        return set_aside(path, str(exc))
+        why = str(exc)
     except FileNotFoundError:
         if not found.exists():
             run = getattr(writer, "logged", {}).get(number)
             if run is not None and run[1] != "RUNNING":
                 path.unlink(missing_ok=True)
                 return None
-            return set_aside(path, f"its artifacts file {found} is missing")
-        why = f"its artifacts file {found} names a chunk table that is gone"
+            why = f"its artifacts file {found} is missing"
+        else:
+            why = f"its artifacts file {found} names a chunk table that is gone"
     except Exception as exc:
-        why = f"its artifacts file {found.name} in {ARTIFACTS}/ is damaged: {type(exc).__name__}: {exc}"
-        set_aside(found, f"{type(exc).__name__}: {exc}")
-    return set_aside(path, why)
+        why = set_aside(found, f"{type(exc).__name__}: {exc}")
+    logger.warning("MLflow: trial %d: %s: its run is written from its record alone", number, why)
+    return TrialArtifacts()
 
 
 def trace_leaders(

@@ -392,10 +392,9 @@ def _write(
     spooled = tables_dir.parent
     artifacts: TrialArtifacts | None = None
     if kind == "trial":
-        found = trial_artifacts(writer, path, payload.number, tables_dir, tables)
-        if not isinstance(found, TrialArtifacts):
-            return found
-        artifacts = found
+        artifacts = trial_artifacts(writer, path, payload.number, tables_dir, tables)
+        if artifacts is None:
+            return None
     for attempt in range(1, WRITE_ATTEMPTS + 1):
         try:
             if artifacts is not None:

@@ -160,10 +160,13 @@ def test_config_errors_are_located() -> None:
 def test_history_as_chat_messages() -> None:
     turns = history_turns([{"role": "user", "content": "من هو خاشقجي؟"}, Turn("assistant", "صحفي")])
     assert turns == (Turn("user", "من هو خاشقجي؟"), Turn("assistant", "صحفي"))
+    assert history_turns([{"role": "system", "text": "x"}, ("user", "hi")]) == (Turn("user", "hi"),)
     with pytest.raises(InputError, match="role"):
-        history_turns([{"role": "system", "text": "x"}])
+        history_turns([{"role": "tool", "text": "x"}])
     with pytest.raises(InputError, match="empty"):
         history_turns([{"role": "user", "text": " "}])
+    with pytest.raises(InputError, match="over the cap"):
+        history_turns([{"role": "user", "text": "x"}] * 51)
 
 
 def test_search_and_ask_take_history(tmp_path: Path, corpus: Corpus, follow_ups: list[Question]) -> None:

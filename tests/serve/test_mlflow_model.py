@@ -80,7 +80,7 @@ def test_registry_entry_carries_aliases_tags_and_requirements(
     import mlflow.pyfunc
     from mlflow import MlflowClient
 
-    from composer.study.study import composer_version
+    from composer.version import composer_version
 
     tracking, _ = registered
     monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)

@@ -165,3 +165,35 @@ def test_a_conversations_traces_share_its_mlflow_session(corpus: Path, tmp_path:
     streamed = next(t for t in traces if t.data.spans[0].outputs and t.data.spans[0].inputs.get("history")
                     and t.info.trace_metadata.get(SESSION_METADATA) == derived)
     assert streamed.data.spans[0].inputs["history"][0] == {"role": "user", "text": FIRST}
+
+
+class EndlessEngine:
+    """Streams pieces until told to stop: what a client that leaves mid-answer must stop."""
+
+    name, answerer, can_search = "endless", "test", False
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def search(self, question: str, k: int | None) -> Any:
+        raise AssertionError("not searched")
+
+    def ask(self, question: str, history: Any = ()) -> Any:
+        raise AssertionError("streamed only")
+
+    def stream(self, question: str, history: Any = ()) -> Any:
+        try:
+            while True:
+                yield "كلمة "
+        finally:
+            self.closed = True
+
+
+def test_a_client_that_leaves_mid_stream_stops_the_llms_stream() -> None:
+    engine = EndlessEngine()
+    with TestClient(create_app(engine)) as app, app.stream("POST", "/v1/chat/completions",
+                    json={"messages": [{"role": "user", "content": "سؤال"}], "stream": True}) as r:
+        for n, _ in enumerate(r.iter_lines()):
+            if n > 5:
+                break
+    assert engine.closed
