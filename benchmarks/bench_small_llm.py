@@ -128,9 +128,12 @@ def default_model(python: str) -> Path | None:
     return Path(paths[0]) if found.returncode == 0 and paths else None
 
 
-def start_llama(python: str, model: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+def start_llama(python: str, model: Path, port: int, log: Path,
+                threads: int | None = None) -> subprocess.Popen[bytes]:
+    """llama.cpp's server on 127.0.0.1:``port``, once it answers. ``threads`` (default: every core): on cores
+    other processes share, one thread is faster, llama.cpp's threads waiting on each other otherwise."""
     command = [python, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-               "--port", str(port), "--n_ctx", "8192", "--n_threads", str(os.cpu_count() or 2)]
+               "--port", str(port), "--n_ctx", "8192", "--n_threads", str(threads or os.cpu_count() or 2)]
     process = subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:

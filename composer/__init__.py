@@ -20,7 +20,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from composer.api import evaluate, load_pipeline, optimize
+    from composer.api import evaluate, load_pipeline, optimize, optimize_prompt
     from composer.cost.estimate import Estimate
     from composer.data.types import Corpus, Document, Hit, Question, QuestionSet, Turn
     from composer.errors import ComposerError, ConfigError, InputError
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from composer.objective import ObjectiveConfig
     from composer.pipeline.config import PipelineConfig
     from composer.pipeline.pipeline import Pipeline
+    from composer.prompt_tuning.result import PromptOptimization
+    from composer.prompts import UserPrompt
     from composer.protocols import RAGSystem, Retriever, Runnable
     from composer.secrets import allow_env
     from composer.study.experiment import ExperimentConfig
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "evaluate": "composer.api",
     "optimize": "composer.api",
+    "optimize_prompt": "composer.api",
     "load_pipeline": "composer.api",
     "StudyResult": "composer.study.study",
     "ExperimentConfig": "composer.study.experiment",
@@ -54,6 +57,8 @@ _EXPORTS = {
     "Question": "composer.data.types",
     "QuestionSet": "composer.data.types",
     "Turn": "composer.data.types",
+    "UserPrompt": "composer.prompts",
+    "PromptOptimization": "composer.prompt_tuning.result",
     "ComposerError": "composer.errors",
     "ConfigError": "composer.errors",
     "InputError": "composer.errors",
@@ -77,6 +82,7 @@ __all__ = [
     "ObjectiveConfig",
     "Pipeline",
     "PipelineConfig",
+    "PromptOptimization",
     "Question",
     "QuestionSet",
     "RAGSystem",
@@ -85,10 +91,12 @@ __all__ = [
     "SearchSpace",
     "StudyResult",
     "Turn",
+    "UserPrompt",
     "allow_env",
     "evaluate",
     "load_pipeline",
     "optimize",
+    "optimize_prompt",
 ]
 
 

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from composer.objective import ObjectiveConfig
     from composer.pipeline.config import PipelineConfig
     from composer.pipeline.pipeline import Pipeline
+    from composer.prompt_tuning.result import PromptOptimization
+    from composer.prompts import UserPrompt
     from composer.study.experiment import ExperimentConfig
     from composer.study.study import StudyResult
 
@@ -420,4 +422,63 @@ def optimize(
             "workdir": workdir, "name": name, **experiment}
     exp = experiment_from_call(source, keys, mlflow=mlflow, factory=factory,
                                space_argument="space" if space is not None else "search_space")
-    return estimate_study(exp) if estimate else run_study(exp, system=factory, concurrency=concurrency)
+    if estimate:
+        from composer.cluster.refusals import ray_config, shared_caches
+
+        return estimate_study(shared_caches(exp, ray_config(exp)))  # the caches its workers would read
+    if exp.executor is not None and exp.executor.ray is not None:
+        from composer.cluster.driver import optimize_on_ray
+
+        if factory is not None:
+            raise ConfigError("executor: ray runs workers in other processes: name the factory in the "
+                              "experiment's system: (module:function) instead of passing it",
+                              field="executor")
+        return optimize_on_ray(exp)
+    return run_study(exp, system=factory, concurrency=concurrency)
+
+
+# -- optimize_prompt ----------------------------------------------------------------------------------
+
+
+def optimize_prompt(
+    study: str,
+    *,
+    experiment: str | Path | ExperimentConfig,
+    seed_prompt: UserPrompt | str | None = None,
+    **overrides: Any,
+) -> PromptOptimization:
+    """Optimize a finished study winner's answer prompt, as ``composer tune-prompt`` does.
+
+    GEPA proposes prompts after reading the winner's failures; each is scored with the study's objective
+    on its selection split, and the best is judged against its seed on the held-out split (the study's
+    paired bootstrap). Only a "better" verdict registers it as a new prompt version and moves the alias;
+    otherwise the seed stays and ``reason`` says why. A rerun returns the stored result and sends nothing.
+
+    Args:
+        study: The study's name.
+        experiment: Its experiment (file or ``ExperimentConfig``): data, split, objective, ``llm:`` and
+            ``stop:`` budget.
+        seed_prompt: Start from this prompt (a ``UserPrompt``, a prompt file or a registry URI) instead of
+            the winner's own.
+        **overrides: Keys of the experiment's ``prompt_tuning:`` block (``max_proposals``,
+            ``reflection_model``...), over it.
+
+    Returns:
+        The optimization: its candidates, the best, the held-out ``verdict``, ``registered`` URI.
+
+    Raises:
+        ConfigError: The experiment keeps no held-out split, or a bad ``prompt_tuning`` key.
+
+    Example:
+        ::
+
+            result = composer.optimize_prompt("arabic-demo", experiment="experiments/arabic-llm.yaml",
+                                              max_proposals=4)
+            print(result.verdict, result.registered or result.reason)
+    """
+    from composer.study import prompt_stage
+    from composer.study.experiment import ExperimentConfig, load_experiment
+
+    exp = experiment if isinstance(experiment, ExperimentConfig) else load_experiment(Path(experiment))
+    return prompt_stage.run(prompt_stage.prepare(exp, study_name=study, seed_prompt=seed_prompt,
+                                                 overrides=overrides))

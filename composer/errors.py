@@ -90,6 +90,12 @@ class StudyStopped(ComposerError):
     exit_code = 1
 
 
+class BudgetSpent(ComposerError):
+    """An LLM budget (the study's ``stop:`` block) ran out part-way: what was running stops (a trial fails
+    "budget", a prompt optimization ends without its held-out re-score), and so does the study. Here, not
+    in ``composer.study``, so that ``composer.prompt_tuning`` below it can stop on it too."""
+
+
 class InputError(ComposerError):
     """Bad user input, located as precisely as we can: file, line, field.
 

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from composer.evaluation.splits import SplitConfig
     from composer.judges.config import JudgeConfig
     from composer.llm.config import LLMConfig
-    from composer.study.experiment import StagesConfig, StopConfig
+    from composer.prompt_tuning.config import PromptTuningConfig
+    from composer.study.experiment import ExecutorConfig, StagesConfig, StopConfig
     from composer.synth.config import SynthConfig
 
 SamplerName = Literal["auto", "tpe", "random", "grid", "nsga2"]
@@ -39,6 +40,9 @@ class ExperimentOptions(TypedDict, total=False):
     strategy: Literal["joint", "staged"]
     stages: StagesConfig | Mapping[str, object]
     qdrant: str | None
+    executor: ExecutorConfig | Mapping[str, object] | None
+    caches: str | None
+    prompt_tuning: PromptTuningConfig | Mapping[str, object] | None
     allow_env: list[str]
     llm: LLMConfig | Mapping[str, object] | None
     judge: JudgeConfig | Mapping[str, object] | None

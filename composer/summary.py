@@ -278,6 +278,9 @@ class StudySummary:
     llm_estimate: dict[str, float] | None = None
     """What ``composer optimize --estimate`` foresaw before the first trial (``llm_requests``,
     ``llm_cost_usd``), to set beside ``llm_usage``."""
+    prompt_tuning: dict[str, Any] | None = None
+    """The staged prompt stage's optimization (``PromptOptimization.to_dict``), or ``{"skipped": why}``
+    when it could not run; None without one."""
 
     def metrics(self) -> dict[str, float]:
         """The headline metrics of the study's parent run."""
@@ -324,6 +327,8 @@ class StudySummary:
         out["judge_agreement"] = None if self.judge_agreement is None else self.judge_agreement.to_dict()
         out["llm_by_purpose"] = self.llm_by_purpose
         out["llm_estimate"] = self.llm_estimate
+        if self.prompt_tuning is not None:
+            out["prompt_tuning"] = self.prompt_tuning
         return out
 
 

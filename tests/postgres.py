@@ -54,7 +54,7 @@ class Postgres:
 
 
 @contextmanager
-def running_postgres(bin_dir: Path) -> Iterator[Postgres]:
+def running_postgres(bin_dir: Path, max_connections: int = 60) -> Iterator[Postgres]:
     """Start a cluster in a new temp dir; stop it and delete the dir on exit."""
     as_root = os.geteuid() == 0
     home = Path(tempfile.mkdtemp(prefix="composer-pg-"))
@@ -71,7 +71,8 @@ def running_postgres(bin_dir: Path) -> Iterator[Postgres]:
     try:
         run(str(bin_dir / "initdb"), "-D", str(data), "-U", SUPERUSER, "-A", "trust", "-E", "UTF8",
             "--no-sync")
-        options = f"-p {port} -k {home} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60"
+        options = (f"-p {port} -k {home} -c listen_addresses=127.0.0.1 -c fsync=off "
+                   f"-c max_connections={max_connections}")
         run(str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", options, "-w", "-t", "60",
             "start")
         try:

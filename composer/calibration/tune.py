@@ -20,7 +20,7 @@ import hashlib
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,10 +32,12 @@ from composer.files import write_atomic
 from composer.judges.config import JudgeConfig
 from composer.judges.guidance import JudgeExample, PromptVariant
 from composer.judges.labels import Label, load_labels
-from composer.judges.trust import store_checks
+from composer.judges.own_prompts import JudgePrompts, sent_prompt
+from composer.judges.trust import judge_key, store_checks
 from composer.llm.config import check_env_name
 from composer.llm.prompt import PromptLanguage, prompt_language
 from composer.llm.usage import track_usage
+from composer.prompts.spec import UserPrompt, is_registry_uri
 from composer.redact import scrub_url
 from composer.yamlfile import dump_yaml, read_yaml
 
@@ -200,13 +202,29 @@ class TuneResult:
         dumped = self.judge.model_dump(mode="json", exclude_none=True)
         keys = ("model", "api_base", "api_key_env", "timeout", "metrics", "prompt", "examples")
         block = {k: dumped[k] for k in keys if k in dumped}
+        if isinstance(self.judge.prompt, JudgePrompts):  # registered prompts: referenced, not copied
+            own = self.judge.prompt.own()
+            named = {m: p.source if isinstance(p, UserPrompt) and p.source else dumped["prompt"][m]
+                     for m, p in own.items()}
+            block["prompt"] = {**named,
+                               **({"variant": self.judge.prompt.variant}
+                                  if self.judge.prompt.variant != "default" else {})}
         if block.get("api_base"):
             block["api_base"] = scrub_url(block["api_base"])
         block["examples"] = [{k: v for k, v in e.items() if v not in (None, [])} for e in block["examples"]]
         return block
 
+    def registered(self) -> dict[str, str]:
+        """Metric -> the registry version its verdict prompt was registered as (``register_judge``)."""
+        prompt = self.judge.prompt
+        if isinstance(prompt, str):
+            return {}
+        return {m: p.source for m, p in prompt.own().items()
+                if isinstance(p, UserPrompt) and p.source and is_registry_uri(p.source)}
+
     def to_dict(self) -> dict[str, Any]:
         return {
+            "registered": self.registered(),
             "labels": self.labels,
             "train_answers": len({lb.id for lb in self.split.train}),
             "held_out_answers": len({lb.id for lb in self.split.held_out}),
@@ -246,6 +264,38 @@ class TuneResult:
             table.add_row(f"{t.number}{mark}", t.model, t.prompt, str(t.shots), str(t.draw),
                           *(figure(t.kappa[m]) for m in metrics), figure(t.score))
         return Group(table, self.check.render())
+
+
+def register_judge(
+    result: TuneResult, name: str, *, tracking_uri: str | None, labels_sha256: str, workdir: str | Path,
+    store: bool = True,
+) -> TuneResult:
+    """The chosen judge's verdict prompts, with its variant's sentence and its examples written in as it
+    sends them (``sent_prompt``), registered as new versions of ``NAME.<metric>`` in the MLflow store
+    ``tracking_uri``, tagged with the held-out kappa and the labels file's hash; the result's judge then
+    names those versions (its block references the URIs, and has no examples left to add), and its check
+    is stored under that judge too, so a study using the block starts checked."""
+    from composer.prompts.registry import register_prompt
+
+    prompts: dict[str, UserPrompt] = {}
+    for metric in result.judge.metrics:
+        sent = sent_prompt(metric, result.judge.settings.variant, result.judge.examples)
+        kappa = result.check.metrics[metric].overall.kappa if metric in result.check.metrics else math.nan
+        tags = {"composer.kind": "judge", "composer.metric": metric,
+                "composer.judge_model": result.best.model,
+                "composer.kappa": figure(kappa), "composer.labels": Path(result.labels).name,
+                "composer.labels_sha256": labels_sha256}
+        uri = register_prompt(f"{name}.{metric}", sent, tags=tags, tracking_uri=tracking_uri,
+                              commit_message=f"composer judges tune: held-out kappa {figure(kappa)}")
+        prompts[metric] = sent.model_copy(update={"source": uri, "version": int(uri.rsplit("/", 1)[1])})
+    judge = result.judge.model_copy(update={"prompt": JudgePrompts.model_validate(prompts), "examples": ()})
+    llm = judge.llm_config(None)
+    if store and llm is not None:
+        keys = {m: judge_key(llm, result.judge.settings, m) for m in prompts}
+        records = result.check.records()
+        store_checks(workdir, {judge_key(llm, judge.settings, m): records[keys[m]] for m in prompts
+                               if keys[m] in records})
+    return replace(result, judge=judge)
 
 
 def tune(

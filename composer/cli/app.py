@@ -25,6 +25,7 @@ from composer.cli.search import search_command
 from composer.cli.serve import serve_command
 from composer.cli.synth import synth_command
 from composer.cli.trials import trials_command
+from composer.cli.tune_prompt import tune_prompt_command
 from composer.cli.ui import ui_command
 from composer.errors import ComposerError, causes
 from composer.files import disk_full_error
@@ -151,6 +152,7 @@ app.command("export")(export_command)
 app.command("ui")(ui_command)
 app.command("report")(report_command)
 app.command("synth")(synth_command)
+app.command("tune-prompt")(tune_prompt_command)
 app.command("label")(label_command)
 app.add_typer(judges_app, name="judges")
 app.command("serve")(serve_command)

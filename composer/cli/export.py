@@ -83,6 +83,7 @@ def export_command(
         aliases = f"{CHALLENGER}, {CHAMPION}" if promote else CHALLENGER
         console.print(f"trial #{chosen.number}{score} registered as {done.uri} ({aliases}), logged on run "
                       f"{done.run_id}\n  index: {done.index}\n  embedding model: {done.embedder}\n"
+                      f"  prompt: {done.prompt}\n"
                       f"  serve it with: {serve_line(exp.tracking_uri, f'models:/{done.name}@{alias}')}",
                       markup=False, highlight=False)
     loss = held_out_loss(loaded, chosen.number)

@@ -160,12 +160,20 @@ def tune_command(
     llm_base: str | None = LLM_BASE,
     llm_key_env: str | None = LLM_KEY_ENV,
     questions: Path | None = QUESTIONS,
+    register: str | None = typer.Option(
+        None, "--register", help="Register the chosen judge's verdict prompts (its variant and examples "
+        "written in) as versions of NAME.<metric> in the MLflow Prompt Registry; --out then names them."
+    ),
+    tracking_uri: str | None = typer.Option(
+        None, "--tracking-uri", help="MLflow store to register in (default: sqlite:///<workdir>/mlflow.db)."
+    ),
     as_json: bool = flag("--json", "Print the trials and the held-out agreement as JSON on stdout."),
     workdir: Path = WORKDIR,
 ) -> None:
     """Search for the judge (model, prompt variant, few-shot examples from the labels in the answer's
     language) that agrees best with held-out labels it was never shown; replies cached: a rerun sends
-    nothing. Prints every trial and the chosen judge's held-out agreement."""
+    nothing. Prints every trial and the chosen judge's held-out agreement. With --register, the chosen
+    judge's prompts become registry versions tagged with their kappa and the labels file's hash."""
     import json
     import logging
 
@@ -177,8 +185,19 @@ def tune_command(
     found = read_labels(labels, questions)
     chosen = load_space(space)
     update = {k: v for k, v in (("api_base", llm_base), ("api_key_env", llm_key_env)) if v is not None}
+    if register is not None and tracking_uri is None:
+        tracking_uri = f"sqlite:///{workdir.resolve()}/mlflow.db"
     result = tune(found, chosen.model_copy(update=update) if update else chosen, workdir=workdir,
                   source=str(labels))
+    if register is not None:
+        import hashlib
+
+        from composer.calibration.tune import register_judge
+
+        digest = hashlib.sha256(labels.read_bytes()).hexdigest()
+        result = register_judge(result, register, tracking_uri=tracking_uri, labels_sha256=digest,
+                                workdir=workdir)
+    registered = result.registered()
     if out is not None:
         result.save(out)
     if as_json:
@@ -197,6 +216,8 @@ def tune_command(
         markup=False,
         highlight=False,
     )
+    for metric, uri in registered.items():
+        console.print(f"{metric}: prompt registered as {uri}", markup=False, highlight=False)
 
 
 @judges_app.command("labels")

@@ -41,6 +41,13 @@ def optimize_command(
     estimate: bool = flag("--estimate", "Run nothing: print the LLM calls, tokens and dollars the study "
                           "would take, per stage and in all (no request is sent)."),
     as_json: bool = flag("--json", "With --estimate: print the estimate as JSON."),
+    ray: str | None = typer.Option(
+        None, "--ray", metavar="ADDRESS", help="Run the study's workers on Ray: local (start Ray here), auto "
+        "(the cluster this machine belongs to) or ray://HOST:10001; overrides the experiment's executor.",
+    ),
+    workers: int | None = typer.Option(
+        None, "--workers", min=1, help="Ray workers (with --ray or the experiment's executor; default 2).",
+    ),
     allow_env: list[str] | None = ALLOW_ENV,
 ) -> None:
     """Search the configuration space; every trial goes to MLflow. Run it again to continue the study."""
@@ -63,11 +70,17 @@ def optimize_command(
         exp = exp.model_copy(update={"max_questions": max_questions})
     if as_json and not estimate:
         raise InputError("--json prints an estimate: give --estimate too", field="json")
+    exp = _with_ray(exp, ray, workers)
     if estimate:
         _print_estimate(exp, n_trials, study_name, strict, as_json)
         return
     err = report_console(stderr=True)
-    result = run_study(exp, n_trials=n_trials, study_name=study_name, console=err, strict=strict)
+    if exp.executor is not None and exp.executor.ray is not None:
+        from composer.cluster.driver import optimize_on_ray
+
+        result = optimize_on_ray(exp, n_trials=n_trials, study_name=study_name, console=err, strict=strict)
+    else:
+        result = run_study(exp, n_trials=n_trials, study_name=study_name, console=err, strict=strict)
     causes = failure_causes(load_study(result.name, exp.storage_url).get_trials(deepcopy=False))
     for line in failure_lines(causes):
         err.print(line, markup=False, highlight=False)
@@ -111,15 +124,36 @@ def optimize_command(
               markup=False, highlight=False)
 
 
+def _with_ray(exp: ExperimentConfig, address: str | None, workers: int | None) -> ExperimentConfig:
+    """The experiment with ``--ray`` and ``--workers`` over its ``executor:``."""
+    from composer.study.experiment import ExecutorConfig, RayConfig
+
+    current = exp.executor.ray if exp.executor is not None else None
+    if address is None and workers is None:
+        return exp
+    if address is None and current is None:
+        raise InputError("--workers runs the study's workers on Ray: give --ray ADDRESS too (local, auto or "
+                         "ray://HOST:10001)", field="workers")
+    ray = current or RayConfig()
+    update: dict[str, object] = {}
+    if address is not None:
+        update["address"] = address
+    if workers is not None:
+        update["workers"] = workers
+    return exp.model_copy(update={"executor": ExecutorConfig(ray=ray.model_copy(update=update))})
+
+
 def _print_estimate(exp: ExperimentConfig, n_trials: int | None, study_name: str | None, strict: bool,
                     as_json: bool) -> None:
     """``--estimate``: the study's LLM cost as a table (or JSON), nothing run."""
     import json
 
+    from composer.cluster.refusals import ray_config, shared_caches
     from composer.cost.render import render_estimate
     from composer.study.leaderboard import report_console
     from composer.study.study import estimate_study
 
+    exp = shared_caches(exp, ray_config(exp))  # the caches the study's workers would read
     est = estimate_study(exp, n_trials=n_trials, study_name=study_name, strict=strict)
     if as_json:
         typer.echo(json.dumps(est.to_dict(), ensure_ascii=False, indent=2))

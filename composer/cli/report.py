@@ -63,6 +63,7 @@ def report_command(
 def render_report(study: optuna.Study, exp: ExperimentConfig, ui_url: str | None = None) -> str:
     """The page's HTML: every value escaped, the charts as inline PNG, MLflow runs linked in the UI at
     ``ui_url`` (see ``ui_base``)."""
+    from composer.cli.report_prompt import prompt_section
     from composer.study import finish, plots
     from composer.study.leaderboard import WEIGHTS_ATTR, leaderboard
 
@@ -98,6 +99,8 @@ def render_report(study: optuna.Study, exp: ExperimentConfig, ui_url: str | None
             parts += [f"<h2>{heading}</h2>", f'<img alt="{heading}" src="data:image/png;base64,{data}">']
         elif key == "param_importances" and charts and (note := plots.importances_note(study)) is not None:
             parts += [f"<h2>{heading}</h2>", f"<p>{html.escape(note.capitalize())}.</p>"]
+    if (tuned := prompt_section(study)) is not None:
+        parts.append(tuned)
     by_turn = None if best is None or runs is None else _by_turn_section(runs, best, list(weights))
     if by_turn is not None:
         parts += ["<h2>The winner's scores by turn</h2>", by_turn]

@@ -18,7 +18,7 @@ from composer.data.types import Question
 from composer.generation.generator import answer_messages
 from composer.generation.prompts import REFUSALS
 from composer.judges.base import is_atomic
-from composer.judges.guidance import guide
+from composer.judges.own_prompts import verdict_messages
 from composer.judges.panel import JudgeSettings
 from composer.judges.prompts import (
     CONTEXT_PRECISION,
@@ -41,6 +41,7 @@ from composer.llm.prompt import (
 )
 from composer.metrics.scorers import references
 from composer.pipeline.config import PipelineConfig
+from composer.prompts.spec import UserPrompt
 from composer.retrieval.conversation import window_turns
 from composer.retrieval.prompts import (
     CONDENSE,
@@ -97,12 +98,15 @@ def question_calls(
     if not answers or generator is None:
         return calls
     contexts = hits[: config.generation.max_contexts]
-    answer = expected_answer(question, config.generation.template)
-    messages = answer_messages(config.generation.template, question.question, contexts, question.history)
+    prompt = config.generation.prompt if isinstance(config.generation.prompt, UserPrompt) else None
+    answer = expected_answer(question, "grounded" if prompt is not None else config.generation.template)
+    messages = answer_messages(prompt or config.generation.template, question.question, contexts,
+                               question.history)
     calls.append(Call("generation", generator, messages, answer))
     if judge is not None:
+        shape = prompt.sha256 if prompt is not None else config.generation.template
         about = cache_key(generator.model, generator.api_base, [], {**generator.call_params(),
-                                                                    "template": config.generation.template})
+                                                                    "template": shape})
         calls += _judged(question, answer, about, contexts, judge)
     return calls
 
@@ -168,10 +172,11 @@ def _judged(question: Question, answer: str, about: str, contexts: Sequence[str]
     reference = refs[0] if len(refs) == 1 else " / ".join(refs)
     passages = numbered([" ".join(c.split()) for c in contexts if c.strip()]) if contexts else ""
     calls: list[Call] = []
+    own = judge.settings.own_templates()
 
     def ask(metric: str, template: Localized, reply: Any, of_answer: bool = True, **fields: str) -> None:
-        messages = guide(template[lang].messages(**fields), metric, lang, judge.settings.prompt,
-                         judge.settings.examples)
+        messages = verdict_messages(metric, lang, template, own.get(metric), judge.settings.variant,
+                                    judge.settings.examples, **fields)
         calls.append(Call(f"judge: {metric}", judge.llm, messages, _json(reply), about if of_answer else ""))
 
     metrics = judge.settings.metrics

@@ -161,12 +161,15 @@ def estimate(
     llm: LLMConfig | None,
     judge: Judge | None,
     answers: bool,
-    cache_file: Path | None,
+    cache_file: Path,
+    caches: str | None,
     pace: Mapping[str, float] | None = None,
 ) -> Estimate:
     """Price ``plan``: every configuration's requests for the first ``SAMPLE_QUESTIONS`` questions
     (``passages``: what retrieval would hand each), scaled to the study's trials and questions. A prompt
-    two configurations share is paid once, as the LLM cache has it. ``pace``: seconds a request of each
+    two configurations share is paid once, as the LLM cache has it (``cache_file``, or the shared table of
+    ``caches``, a PostgreSQL URL, where the study keeps its replies there); a reply cached already is not
+    paid again. ``pace``: seconds a request of each
     model takes with its concurrency (its latency over ``max_concurrency``), to time the same requests
     (None: not timed)."""
     sample = list(plan.questions[:SAMPLE_QUESTIONS])
@@ -177,7 +180,7 @@ def estimate(
         for _, config in plan.configs
     ]
     unique = list({p.key: p for calls in per_config for p in calls}.values())
-    cached = _cached_keys(cache_file, {p.cache for p in unique})
+    cached = _cached_keys(cache_file, caches, {p.cache for p in unique})
     new = [p for p in unique if p.cache not in cached]
     scale = len(plan.questions) / max(len(sample), 1)  # sample -> every question
     share = plan.trials / max(len(per_config), 1)  # trials to run per configuration priced
@@ -228,11 +231,12 @@ def _price(call: Call) -> _Priced:
     return _Priced(call.stage, llm.model, prompt, completion, usd, cache, cache + call.answer)
 
 
-def _cached_keys(cache_file: Path | None, keys: set[str]) -> set[str]:
-    """The keys the work dir's LLM cache holds (none without a cache file: the estimate creates none)."""
-    if cache_file is None or not cache_file.exists() or not keys:
+def _cached_keys(cache_file: Path, caches: str | None, keys: set[str]) -> set[str]:
+    """The keys the work dir's LLM cache holds: the shared table of ``caches`` (a PostgreSQL URL, what
+    the study's clients use), else ``cache_file`` (none without it: the estimate creates none)."""
+    if not keys or (caches is None and not cache_file.exists()):
         return set()
-    cache = LLMCache(cache_file)
+    cache = LLMCache(cache_file, caches=caches)
     try:
         return {k for k in keys if cache.get(k) is not None}
     finally:

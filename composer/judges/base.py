@@ -13,7 +13,8 @@ import numpy as np
 
 from composer.data.types import Question
 from composer.errors import ConfigError
-from composer.judges.guidance import JudgeExample, PromptVariant, guide
+from composer.judges.guidance import JudgeExample, PromptVariant
+from composer.judges.own_prompts import verdict_messages
 from composer.judges.prompts import STATEMENTS
 from composer.llm.client import LLMClient
 from composer.llm.parse import parse_statements
@@ -70,6 +71,8 @@ class LLMJudge(ABC):
     """Compares the answer with a reference answer: without one the sample is left unscored."""
     variant: PromptVariant = "default"
     examples: tuple[JudgeExample, ...] = ()
+    own_prompt: Localized | None = None
+    """The team's own verdict prompt (``composer.judges.own_prompts``), sent instead of the built-in one."""
 
     def __init__(
         self, client: LLMClient, *, fallback: AnswerScorer | None = None, blend: float = 0.0
@@ -120,10 +123,13 @@ class LLMJudge(ABC):
         self, template: Localized, lang: PromptLanguage, parse: Callable[[str], T], **fields: str
     ) -> T:
         """One call whose reply ``parse`` must accept (unusable replies are retried by the client); every
-        call but the statement split is guided by the judge's variant and examples."""
-        messages = template[lang].messages(**fields)
-        if template is not STATEMENTS:
-            messages = guide(messages, self.name, lang, self.variant, self.examples)
+        call but the statement split is the verdict call: the team's own prompt, else ``template`` guided
+        by the judge's variant and examples (``verdict_messages``)."""
+        if template is STATEMENTS:
+            messages = template[lang].messages(**fields)
+        else:
+            messages = verdict_messages(self.name, lang, template, self.own_prompt, self.variant,
+                                        self.examples, **fields)
         result = await self.client.acomplete(messages, validate=parse, temperature=0.0)
         if not result.ok or result.text is None:
             raise JudgeError(result.error_kind or "other", result.error or "no reply")

@@ -9,6 +9,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from composer.embedding.config import EmbeddingConfig
 from composer.errors import ConfigError, config_error
+from composer.judges.own_prompts import resolve_judge_prompts
 from composer.judges.panel import JudgeSettings
 from composer.llm.config import EndpointChecks, LLMConfig, TokenPrice, helper_config
 from composer.yamlfile import read_yaml
@@ -77,15 +78,35 @@ class JudgeConfig(EndpointChecks, JudgeSettings):
         )
 
 
+def resolve_judge(
+    judge: JudgeConfig, *, path: str | Path, tracking_uri: str | None, files_only: bool = False
+) -> JudgeConfig:
+    """``judge`` with its own verdict prompts (``judge.prompt.<metric>``) resolved and checked: file paths
+    relative to ``path`` (the file the block was written in), registry URIs (unless ``files_only``) with
+    ``tracking_uri``. A failure is one ConfigError naming the field, and the file it came from (``path``
+    for a prompt written in the block)."""
+    where = Path(path)
+    try:
+        prompt = resolve_judge_prompts(judge.prompt, base=where.resolve().parent, tracking_uri=tracking_uri,
+                                       files_only=files_only)
+    except ConfigError as exc:
+        if exc.path is None:
+            raise ConfigError(exc.raw_message, path=where, field=exc.field) from None
+        raise
+    return judge if prompt is judge.prompt else judge.model_copy(update={"prompt": prompt})
+
+
 def load_judge_file(path: str | Path) -> JudgeConfig:
     """The judge block of a YAML file (``composer judges tune --out``): its ``judge:`` mapping, or the
-    whole file when it is the block itself; what an experiment's ``judge: FILE`` reads. A bad block is a
-    ConfigError naming this file and the key."""
+    whole file when it is the block itself; what an experiment's ``judge: FILE`` reads, its own prompts'
+    files read relative to it (registry URIs are the experiment's to resolve, in its store). A bad block
+    is a ConfigError naming this file and the key."""
     data = read_yaml(path, what="judge file")
     block = data.get("judge", data) if isinstance(data, dict) else None
     if not isinstance(block, dict):
         raise ConfigError("expected a judge block (model, metrics, prompt, examples...)", path=path)
     try:
-        return JudgeConfig.model_validate(block)
+        judge = JudgeConfig.model_validate(block)
     except ValidationError as exc:
         raise config_error(exc, path, under="judge" if "judge" in data else None) from None
+    return resolve_judge(judge, path=path, tracking_uri=None, files_only=True)

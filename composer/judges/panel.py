@@ -26,11 +26,12 @@ from composer.judges.base import EmbedFn, LLMJudge, Verdict
 from composer.judges.context import ContextPrecisionJudge, ContextRecallJudge
 from composer.judges.correctness import AnswerCorrectnessJudge, CorrectnessWeights
 from composer.judges.faithfulness import FaithfulnessJudge
-from composer.judges.guidance import JudgeExample, PromptVariant
+from composer.judges.guidance import PROMPT_VARIANTS, JudgeExample, PromptVariant
+from composer.judges.own_prompts import JudgePrompt, verdict_template
 from composer.judges.rating import RatingJudge
 from composer.judges.relevancy import AnswerRelevancyJudge
 from composer.llm.client import LLMClient
-from composer.llm.prompt import prompt_language
+from composer.llm.prompt import Localized, prompt_language
 from composer.llm.sync import gather_until_failed, run_sync
 from composer.llm.usage import Usage
 from composer.metrics.scorers import OverlapFaithfulnessScorer, TokenF1Scorer
@@ -66,7 +67,12 @@ class JudgeSettings(BaseModel):
     fallback: bool = Field(default=True, description="use the deterministic scorer when the judge fails")
     max_failure_share: float = Field(default=0.1, ge=0.0, le=1.0)
     relevancy_questions: int = Field(default=3, ge=1)
-    prompt: PromptVariant = Field(default="default", description="how strict the judge is told to be")
+    prompt: JudgePrompt = Field(
+        default="default",
+        description="how strict the judge is told to be (default, strict, lenient), or a team's own "
+        "verdict prompt per metric ({faithfulness: {system, user} | FILE | prompts:/NAME@ALIAS, ..., "
+        "variant: strict})",
+    )
     examples: tuple[JudgeExample, ...] = Field(
         default=(), description="few-shot human verdicts, shown for questions in their language"
     )
@@ -79,6 +85,15 @@ class JudgeSettings(BaseModel):
             raise ValueError(f"unknown judge metric(s) {unknown}; expected some of {list(JUDGE_METRICS)}")
         return tuple(dict.fromkeys(value))
 
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _variant(cls, value: Any) -> Any:
+        """A name is one of the variants: said of ``judge.prompt`` itself, not of a branch of its type."""
+        if isinstance(value, str) and value not in PROMPT_VARIANTS:
+            raise ValueError(f"unknown prompt variant {value!r}; expected one of {list(PROMPT_VARIANTS)}, or "
+                             "a mapping of judged metrics to their own prompts")
+        return value
+
     @field_validator("examples")
     @classmethod
     def _judged(cls, value: tuple[JudgeExample, ...]) -> tuple[JudgeExample, ...]:
@@ -86,6 +101,18 @@ class JudgeSettings(BaseModel):
         if unknown:
             raise ValueError(f"examples of unknown judge metric(s) {unknown}")
         return value
+
+    @property
+    def variant(self) -> PromptVariant:
+        """The variant that guides the built-in verdict templates."""
+        return self.prompt if isinstance(self.prompt, str) else self.prompt.variant
+
+    def own_templates(self) -> dict[str, Localized]:
+        """The metrics judged with a team's own verdict prompt, and its templates per prompt language."""
+        if isinstance(self.prompt, str):
+            return {}
+        return {metric: verdict_template(metric, ref, field=f"judge.prompt.{metric}")
+                for metric, ref in self.prompt.own().items()}
 
 
 @dataclass
@@ -233,8 +260,9 @@ def make_judges(
             judges[metric] = ContextPrecisionJudge(client)
         elif metric == "context_recall":
             judges[metric] = ContextRecallJudge(client)
-    for judge in judges.values():  # one guidance for every judge of the panel
-        judge.variant, judge.examples = settings.prompt, settings.examples
+    own = settings.own_templates()
+    for metric, judge in judges.items():  # one guidance for every judge of the panel
+        judge.variant, judge.examples, judge.own_prompt = settings.variant, settings.examples, own.get(metric)
     return judges
 
 

@@ -3,8 +3,8 @@ the judge to every study, summary and report that uses it.
 
 ``composer judges check`` stores its result in ``<workdir>/cache/llm/judge_checks.json`` (beside the
 LLM reply cache), keyed by ``judge_key``: the judge's model, endpoint and sampling settings, its
-settings, and the hash of the prompts the metric sends. Change the model or a prompt and the old
-agreement no longer applies: the judge is unchecked again.
+settings (a team's own verdict prompt by the hash of its text), and the prompts the metric sends.
+Change the model or a prompt and the old agreement no longer applies: the judge is unchecked again.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from composer.judges.prompts import METRIC_PROMPTS
 from composer.llm.config import LLMConfig
 from composer.llm.usage import Usage
 from composer.locks import FileLock
+from composer.prompts.spec import UserPrompt
 from composer.redact import scrub_url
 from composer.summary import JudgeAgreement
 
@@ -37,13 +38,17 @@ def judge_key(llm: LLMConfig, settings: JudgeSettings, metric: str) -> str:
     prompts = [
         (lang, t.system, t.user) for localized in METRIC_PROMPTS[metric] for lang, t in localized.items()
     ]
+    dumped = settings.model_dump(mode="json", exclude={"metrics", "max_failure_share", "fallback"})
+    if not isinstance(settings.prompt, str):  # a team's own prompts by their text, wherever it was read
+        dumped["prompt"] = {"variant": settings.prompt.variant, **{
+            m: p.sha256 if isinstance(p, UserPrompt) else p for m, p in settings.prompt.own().items()}}
     payload = {
         "model": llm.model,
         "api_base": llm.api_base,
         "params": llm.call_params(),
         "metric": metric,
         "prompts": prompts,
-        "settings": settings.model_dump(mode="json", exclude={"metrics", "max_failure_share", "fallback"}),
+        "settings": dumped,
     }
     text = json.dumps(payload, ensure_ascii=False, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]

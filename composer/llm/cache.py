@@ -1,4 +1,5 @@
-"""The LLM reply cache: one SQLite file shared by every process of a study, so no call is paid twice."""
+"""The LLM reply cache: one SQLite file shared by every process of a study, or a table in a PostgreSQL
+database shared by every machine of a cluster (``caches:``), so no call is paid twice."""
 
 from __future__ import annotations
 
@@ -11,19 +12,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from composer.rdb_store import PostgresStore
 from composer.store import SqliteStore
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS replies (
+CREATE TABLE IF NOT EXISTS {replies} (
     key TEXT PRIMARY KEY,
     model TEXT NOT NULL,
     text TEXT NOT NULL,
     prompt_tokens INTEGER NOT NULL,
     completion_tokens INTEGER NOT NULL,
-    cost REAL,
-    created REAL NOT NULL
+    cost {real},
+    created {real} NOT NULL
 )
 """
+SHARED_TABLE = "composer_llm_replies"
+"""The replies' table in a ``caches:`` database."""
 
 
 @dataclass(frozen=True)
@@ -56,18 +60,34 @@ def cache_key(
 
 
 class LLMCache:
-    """Replies by cache key in one SQLite file, shared by processes and threads (see ``SqliteStore``)."""
+    """Replies by cache key in one SQLite file, or with ``caches`` (a PostgreSQL URL) in its table
+    ``composer_llm_replies``; shared by processes and threads (``SqliteStore``, ``PostgresStore``)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, caches: str | None = None) -> None:
         self.path = Path(path)
-        self._store = SqliteStore(self.path, (_SCHEMA,), busy_timeout_s=60.0)
+        self._store: SqliteStore | PostgresStore
+        if caches is None:
+            self._table = "replies"
+            self._store = SqliteStore(self.path, (_SCHEMA.format(replies="replies", real="REAL"),),
+                                      busy_timeout_s=60.0)
+            # the text as bytes: sqlite3 would raise on invalid UTF-8 itself
+            self._raw_text = "CAST(text AS BLOB)"
+            self.where = str(self.path)
+        else:
+            self._table = SHARED_TABLE
+            schema = _SCHEMA.format(replies=SHARED_TABLE, real="DOUBLE PRECISION")
+            self._store = PostgresStore(caches, (schema,))
+            self._raw_text = "convert_to(text, 'UTF8')"  # PostgreSQL's text is valid UTF-8 by construction
+            self.where = f"{self._store.where} ({SHARED_TABLE})"
+        """What warnings name: the file, or the scrubbed URL and table."""
 
     def get(self, key: str) -> CachedReply | None:
         """The reply stored under ``key``, None if there is none; a damaged row (empty or non-UTF-8 text,
         token counts that are not integers, a cost that is not a number) is deleted and raises DamagedRow.
         """
-        rows = self._store.query(  # the text as bytes: sqlite3 would raise on invalid UTF-8 itself
-            "SELECT CAST(text AS BLOB), prompt_tokens, completion_tokens, cost FROM replies WHERE key = ?",
+        rows = self._store.query(
+            f"SELECT {self._raw_text}, prompt_tokens, completion_tokens, cost FROM {self._table} "
+            "WHERE key = ?",
             (key,),
         )
         if not rows:
@@ -79,16 +99,20 @@ class LLMCache:
             raise
 
     def drop(self, key: str) -> None:
-        self._store.execute("DELETE FROM replies WHERE key = ?", (key,))
+        self._store.execute(f"DELETE FROM {self._table} WHERE key = ?", (key,))
 
     def put(self, key: str, model: str, reply: CachedReply) -> None:
+        """Store ``reply`` under ``key``, replacing an earlier one (a row dropped and asked again)."""
         self._store.execute(
-            "INSERT OR REPLACE INTO replies VALUES (?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO {self._table} VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
+            "model = excluded.model, text = excluded.text, prompt_tokens = excluded.prompt_tokens, "
+            "completion_tokens = excluded.completion_tokens, cost = excluded.cost, "
+            "created = excluded.created",
             (key, model, reply.text, reply.prompt_tokens, reply.completion_tokens, reply.cost, time.time()),
         )
 
     def __len__(self) -> int:
-        return int(self._store.query("SELECT COUNT(*) FROM replies")[0][0])
+        return int(self._store.query(f"SELECT COUNT(*) FROM {self._table}")[0][0])
 
     def close(self) -> None:
         self._store.close()

@@ -99,12 +99,16 @@ class Result:
 class LLMClient:
     """Calls one configured model. Share one client per model across a study: it holds the counters."""
 
-    def __init__(self, config: LLMConfig, *, cache_dir: str | Path | None = None) -> None:
+    def __init__(
+        self, config: LLMConfig, *, cache_dir: str | Path | None = None, caches: str | None = None
+    ) -> None:
+        """``caches``: a PostgreSQL URL whose table holds the replies instead of ``cache_dir``'s file."""
         self.config = config
         self._api_key = config.api_key()
         register_secret(self._api_key)
         self.cache = (
-            LLMCache(Path(cache_dir or DEFAULT_CACHE_DIR) / "replies.sqlite") if config.cache else None
+            LLMCache(Path(cache_dir or DEFAULT_CACHE_DIR) / "replies.sqlite", caches=caches)
+            if config.cache else None
         )
         self.usage = Usage()
         self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
@@ -253,7 +257,7 @@ class LLMClient:
                 self._warned_damaged = True
                 log.warning(
                     "%s: a cached reply is unusable (%s): dropped and asked again; such rows are counted "
-                    "as cache_rejected in error_rates.json", self.cache.path, exc
+                    "as cache_rejected in error_rates.json", self.cache.where, exc
                 )
             return None
         return hit

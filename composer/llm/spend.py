@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from composer.llm.usage import Usage, track_usage
 
 PURPOSES: tuple[str, ...] = (
-    "preflight", "synth", "trial", "conversation_rewrite", "selection", "held_out", "eval"
+    "preflight", "synth", "trial", "conversation_rewrite", "selection", "held_out", "eval", "prompt_proposal",
+    "prompt_eval",
 )
 """The purposes, in the order a run sends them (and reports them)."""
 SHOWN = ("llm_calls", "llm_requests", "llm_cost_usd")

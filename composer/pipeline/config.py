@@ -124,6 +124,24 @@ class PipelineConfig(Strict):
         """The config as plain data (what ``from_dict`` and a pipeline YAML read)."""
         return self.model_dump(mode="json", by_alias=True)
 
+    def prompt_resolved(self, *, base: Path | None, tracking_uri: str | None = None,
+                        source: str = "<config>") -> PipelineConfig:
+        """This config with ``generation.prompt`` resolved and checked (``resolve_prompt``): a file path
+        relative to ``base`` (the config file's folder), a registry URI with ``tracking_uri`` (None:
+        MLflow's current one). An error names ``source`` where the prompt was written in it."""
+        from composer.prompts.resolve import resolve_prompt
+
+        if self.generation.prompt is None:
+            return self
+        try:
+            prompt = resolve_prompt(self.generation.prompt, base=base, tracking_uri=tracking_uri,
+                                    field="generation.prompt")
+        except ConfigError as exc:
+            if exc.path is not None:
+                raise
+            raise ConfigError(exc.raw_message, path=source, field=exc.field) from None
+        return self.model_copy(update={"generation": self.generation.model_copy(update={"prompt": prompt})})
+
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, source: str = "<config>") -> PipelineConfig:
         """The config ``data`` describes; a bad key raises a ConfigError naming ``source`` and the key."""
@@ -152,4 +170,4 @@ def load_pipeline_config(
     for section, values in (overrides or {}).items():
         current = data.get(section)
         data[section] = {**(current if isinstance(current, dict) else {}), **values}
-    return PipelineConfig.from_dict(data, source=str(p))
+    return PipelineConfig.from_dict(data, source=str(p)).prompt_resolved(base=p.parent, source=str(p))

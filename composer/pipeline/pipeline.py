@@ -103,6 +103,7 @@ class Pipeline:
             config = load_pipeline_config(config)
         elif not isinstance(config, PipelineConfig):
             config = PipelineConfig.from_dict(dict(config))
+        config = config.prompt_resolved(base=None)  # a path relative to where the process runs
         workspace = Workspace.get(workdir, qdrant, api_key=api_key)
         return cls(config, workspace=workspace, progress=progress, llm=llm)
 
@@ -419,7 +420,7 @@ class Pipeline:
         """The answering LLM's generator, built on first use; None without an LLM."""
         if self._generator is None and (cfg := self.generator_llm) is not None:
             gen = self.config.generation
-            self._generator = Generator(self.workspace.client(cfg), gen.template)
+            self._generator = Generator(self.workspace.client(cfg), gen.template, gen.prompt)
         return self._generator
 
     def answer(

@@ -70,15 +70,23 @@ def target_reached(
     trials: Sequence[optuna.trial.FrozenTrial] | None = None,
 ) -> bool:
     """``target`` distinct slot-holding trials (numbered below ``before``), or the repeat allowance spent
-    (by those, repeats and invalid sampled combinations); ``trials`` the study's, when already read."""
-    fates = [
-        fate_of(t)
-        for t in (study.get_trials(deepcopy=False) if trials is None else trials)
-        if before is None or t.number < before
-    ]
-    holding = sum(1 for f in fates if f in HOLDS_A_SLOT)
-    spent = holding + sum(1 for f in fates if f in ("repeat", "invalid"))
+    (by those, repeats and invalid sampled combinations); ``trials`` the study's, when already read.
+
+    Two workers that drew one configuration at the same instant both run it, and neither is a repeat
+    (each began before the other ended): they hold one slot, so the study still runs ``target`` distinct
+    configurations (a grid is not left one point short)."""
+    counted = [t for t in (study.get_trials(deepcopy=False) if trials is None else trials)
+               if before is None or t.number < before]
+    fates = [fate_of(t) for t in counted]
+    holding = len({_configuration(t) for t, f in zip(counted, fates, strict=True) if f in HOLDS_A_SLOT})
+    spent = sum(1 for f in fates if f in HOLDS_A_SLOT) + sum(1 for f in fates if f in ("repeat", "invalid"))
     return holding >= target or spent >= REPEAT_ALLOWANCE * target
+
+
+def _configuration(trial: optuna.trial.FrozenTrial) -> str | int:
+    """What a finished trial ran (its configuration's hash), or its number while it runs."""
+    record = TrialRecord.of(trial) if trial.state.is_finished() else None
+    return record.config_hash if record is not None else trial.number
 
 
 TrialHook = Callable[["optuna.Study", "optuna.trial.FrozenTrial", "Sequence[optuna.trial.FrozenTrial]"], None]

@@ -11,7 +11,7 @@ import difflib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from composer.errors import ComposerError, ConfigError, InputError
+from composer.errors import BudgetSpent, ConfigError, InputError
 from composer.llm import Usage
 from composer.llm.pricing import request_cost
 from composer.record import TrialRecord
@@ -25,10 +25,6 @@ if TYPE_CHECKING:
 
 SPENT_ATTR = "composer.llm_spent"
 """Trial system attribute: a running trial's LLM spend so far, {"cost": dollars, "requests": n}."""
-
-
-class BudgetSpent(ComposerError):
-    """The study's LLM budget ran out: the trial running stops (failed "budget"), and so does the study."""
 
 
 def limited(stop: StopConfig) -> bool:

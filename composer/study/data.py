@@ -30,6 +30,7 @@ from composer.judges import JudgeConfig
 from composer.llm import LLMConfig
 from composer.objective import Objective, ObjectiveConfig, available_metrics, needs_answers
 from composer.pipeline.config import PipelineConfig
+from composer.prompts import UserPrompt
 from composer.protocols import SystemFactory
 from composer.study.leaderboard import WEIGHTS_ATTR
 from composer.study.space import SearchSpace
@@ -42,6 +43,10 @@ if TYPE_CHECKING:
 
 ANSWERS_ATTR = "system_answers"
 """Study user attribute: whether the study's (user's) systems answer, as its first built system showed."""
+PINS_ATTR = "composer.prompt_pins"
+"""Study user attribute: each registry prompt its space names (``prompts:/NAME@ALIAS``) -> the version it
+resolved to when the study first ran (``prompts:/NAME/VERSION``): what a resumed study, its workers, its
+held-out re-score and ``tune-prompt`` resolve it to, wherever the alias has moved since."""
 
 
 Configured = PipelineConfig | dict[str, Any]
@@ -53,8 +58,14 @@ def config_dict(config: Configured) -> dict[str, Any]:
 
 
 def config_hash(config: Configured) -> str:
-    """Identity of a configuration: equal hashes mean equal pipelines, whatever parameters produced them."""
-    text = json.dumps(config_dict(config), sort_keys=True, default=str)
+    """Identity of a configuration: equal hashes mean equal pipelines, whatever parameters produced them.
+    A team's prompt counts by its text (``UserPrompt.sha256``), not by where it was read from (its
+    ``source`` and ``version`` stay in the trial's record): the same study from another checkout, or on
+    workers that mount it elsewhere, finds its trials and rebuilds its winner."""
+    data = config_dict(config)
+    if isinstance(config, PipelineConfig) and isinstance(prompt := config.generation.prompt, UserPrompt):
+        data = {**data, "generation": {**data["generation"], "prompt": prompt.sha256}}
+    text = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -77,6 +88,9 @@ class StudyData:
     """A user's factory: trials then build ``system(settings)`` from the (free) space, not a Pipeline."""
     concurrency: int = 8
     """Questions a user's system is asked at once."""
+    prompt_pins: Mapping[str, str] = field(default_factory=dict)
+    """The registry prompts the space names, pinned as they resolved (``PINS_ATTR``): ``settle`` keeps
+    those the study has not pinned yet."""
     _warned_unheard: bool = field(default=False, init=False, repr=False, compare=False)
     """Whether a user's system that takes no history was warned of (once a study)."""
 
@@ -148,10 +162,14 @@ class StudyData:
         """This data as ``study`` settled it, so that every trial's composite weighs the same metrics: a
         user's system without an answer method scores no answer metric, which then leaves the composite
         (``Objective.without_answers``) instead of counting 0. ``can_answer``: what a trial's system showed;
-        the study's record of its first one wins. The weights in force are kept on the study, for its tables
+        the study's record of its first one wins. The registry prompts the space resolved are pinned on
+        the study the first time (``PINS_ATTR``). The weights in force are kept on the study, for its tables
         to show the metrics that carry them. Nothing here changes: the data in force is this data, or its
         answerless twin."""
         attrs = study.user_attrs
+        pins = attrs.get(PINS_ATTR) or {}
+        if any(ref not in pins for ref in self.prompt_pins):
+            study.set_user_attr(PINS_ATTR, {**self.prompt_pins, **pins})
         settled = self
         if self.system is not None:
             answers = attrs.get(ANSWERS_ATTR)

@@ -1,7 +1,7 @@
 """A study's LLM cost before it runs (``composer optimize --estimate``): the configurations its space
 holds (every one of a small grid, else a seeded sample), its trials still to run, its held-out re-score
 and its test requests, priced by ``composer.cost.estimate``. No request is sent and no study created (the
-work dir's caches are opened as a study opens them)."""
+work dir's caches are opened as a study opens them: its SQLite file, or ``caches:``'s shared table)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from composer.errors import ComposerError
 from composer.llm.config import LLMConfig
 from composer.llm.preflight import measure_latency
 from composer.pipeline.config import PipelineConfig
+from composer.pipeline.workspace import caches_of
 from composer.study._optimize import finished_distinct
 from composer.study.finish import stored_held_out
 
@@ -47,6 +48,7 @@ def price_study(
     judge = Judge(judging.client.config, judging.settings) if judging is not None else None
     return estimate(plan, StandInPassages(data.corpus), llm=data.llm, judge=judge, answers=data.answers,
                     cache_file=data.workdir / "cache" / "llm" / "replies.sqlite",
+                    caches=caches_of(data.workdir),
                     pace=_pace(configs) if timed else None)
 
 

@@ -23,9 +23,10 @@ from pydantic import (
 
 from composer.errors import ConfigError, config_error
 from composer.evaluation.splits import SplitConfig
-from composer.judges.config import JudgeConfig, load_judge_file
+from composer.judges.config import JudgeConfig, load_judge_file, resolve_judge
 from composer.llm.config import LLMConfig
 from composer.objective import SECONDARY_DIRECTIONS, ObjectiveConfig
+from composer.prompt_tuning.config import PromptTuningConfig
 from composer.secrets import allowed_list
 from composer.settings import Strict
 from composer.synth.config import SynthConfig
@@ -98,6 +99,68 @@ class StagesConfig(Strict):
         description="Distinct best stage-1 retrieval configurations that stage 2 crosses with the "
         "generation dimensions.",
     )
+    prompt: bool = Field(
+        default=False,
+        description="After stage 2, optimize the winner's answer prompt (the prompt stage: GEPA, settings "
+        "from prompt_tuning:); it needs a held-out split.",
+    )
+
+
+class EncodersConfig(Strict):
+    """The actors that encode a study's missing chunks on Ray (``executor.ray.encoders``); what is unset
+    is decided from the cluster, so that the workers are always placed first."""
+
+    actors: int | None = Field(
+        default=None, ge=0,
+        description="Encoding actors (0: each worker encodes itself). Default: one per worker, fewer when "
+        "the CPUs (GPUs, for an embedding on cuda) the workers leave free are fewer.",
+    )
+    resources: dict[str, float] | None = Field(
+        default=None,
+        description="Ray resources each actor reserves, e.g. {CPU: 2} or {CPU: 1, GPU: 0.5}; an actor "
+        "encodes with as many threads as its whole CPUs. Default: an equal share of what the workers "
+        "leave free.",
+    )
+
+
+RAY_RESERVED = ("memory", "object_store_memory", "bundle")
+"""Resource names Ray keeps for itself: a task that asks for them fails when it is submitted."""
+
+
+def ray_resources(resources: dict[str, float]) -> dict[str, float]:
+    """Ray resources as the experiment is read (a validator): Ray refuses a negative amount or one of its
+    reserved names only once the study and its MLflow run are open."""
+    for name, amount in resources.items():
+        if amount < 0:
+            raise ValueError(f"{name}: {amount:g} is negative: a worker reserves 0 or more")
+        if name in RAY_RESERVED:
+            raise ValueError(f"{name} is reserved by Ray: ask for CPU, GPU or a custom resource")
+    return resources
+
+
+class RayConfig(Strict):
+    """Where a study's workers run on Ray (``executor: {ray: ...}``, ``composer optimize --ray``)."""
+
+    address: str = Field(
+        default="local",
+        description="local (start Ray on this machine), auto (the cluster this machine belongs to) or "
+        "ray://HOST:10001 (a remote cluster's client port).",
+    )
+    workers: int = Field(default=2, ge=1, description="Composer workers, each a Ray task on the study.")
+    resources: Annotated[dict[str, float], AfterValidator(ray_resources)] = Field(
+        default_factory=lambda: {"CPU": 1.0},
+        description="Ray resources each worker reserves, e.g. {CPU: 2, GPU: 0.5}.",
+    )
+    encoders: EncodersConfig = Field(
+        default_factory=EncodersConfig,
+        description="The study's encoding actors, when its configurations encode with a model.",
+    )
+
+
+class ExecutorConfig(Strict):
+    """Which processes run a study's trials: this one (no ``executor:``) or Ray workers."""
+
+    ray: RayConfig | None = None
 
 
 class MlflowConfig(Strict):
@@ -190,8 +253,21 @@ class ExperimentConfig(Strict):
         "only for stages.top_n best retrieval configurations crossed with the generation dimensions.",
     )
     stages: StagesConfig = StagesConfig()
+    prompt_tuning: PromptTuningConfig | None = Field(
+        default=None,
+        description="How `composer tune-prompt` and the staged prompt stage (stages.prompt) optimize the "
+        "winner's answer prompt: reflection model, proposals, scored questions, registry name and alias.",
+    )
     mlflow: MlflowConfig = MlflowConfig()
     qdrant: str | None = Field(default=None, description="Qdrant url or ':memory:'; default Qdrant Edge.")
+    executor: ExecutorConfig | None = Field(
+        default=None, description="Run the study's workers on Ray: {ray: {address, workers, resources}}."
+    )
+    caches: str | None = Field(
+        default=None,
+        description="Where the embedding and LLM reply caches live: unset, SQLite files in the work dir "
+        "(one machine); a PostgreSQL URL, tables every worker of a cluster shares.",
+    )
     workdir: Path | None = None
     allow_env: Annotated[list[str], AfterValidator(allowed_list)] = Field(
         default_factory=list, description="Environment variables the study's configs may read keys from "
@@ -323,9 +399,12 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
                               "file holding one)", path=p, field="judge")
         data["judge"] = load_judge_file(judge_file)
     try:
-        return ExperimentConfig.model_validate(data)
+        exp = ExperimentConfig.model_validate(data)
     except ValidationError as exc:
         raise config_error(exc, p) from None
+    if exp.judge is None:  # the judge's own prompts read (files, registry URIs) and checked before anything
+        return exp
+    return exp.model_copy(update={"judge": resolve_judge(exp.judge, path=p, tracking_uri=exp.tracking_uri)})
 
 
 def locate_study(

@@ -7,12 +7,14 @@ The YAML's ``pipeline:`` section is a complete PipelineConfig, so ``composer eva
 from __future__ import annotations
 
 import pprint
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from composer.errors import InputError
 from composer.files import write_atomic
+from composer.prompts import UserPrompt
 from composer.record import TrialRecord
 from composer.redact import scrub, scrub_url
 from composer.study.finish import JUDGE_ATTR
@@ -63,6 +65,7 @@ def export_document(study: optuna.Study, trial: optuna.trial.FrozenTrial, storag
         "split": info.get("split"),
         "max_questions": info.get("max_questions"),
         "index_key": record.index.key if record.index is not None else None,
+        "factory": bool(info.get("factory")),
         "composer_version": composer_version(),
         "exported_at": datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
     }
@@ -90,11 +93,37 @@ def write_export(doc: dict[str, Any], out: Path, fmt: ExportFormat = "yaml") -> 
     return out
 
 
+def prompt_of(config: Mapping[str, Any]) -> UserPrompt | None:
+    """The team's prompt a trial's pipeline config answers with, resolved as the trial recorded it (its
+    text, and where it came from); None for a built-in template or no generation."""
+    raw = (config.get("generation") or {}).get("prompt")
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):  # a trial resolves its prompt before it runs
+        raise InputError(f"the trial's generation.prompt {raw!r} was never resolved to its text",
+                         field="generation.prompt")
+    return UserPrompt.model_validate(dict(raw))
+
+
+def exported_prompt(doc: Mapping[str, Any]) -> UserPrompt | None:
+    """The team's prompt an exported winner answers with (``prompt_of``); None for a factory's study,
+    whose settings mean what the factory makes of them, a ``generation.prompt`` key included."""
+    return None if (doc.get("provenance") or {}).get("factory") else prompt_of(doc["pipeline"])
+
+
+def describe_prompt(prompt: UserPrompt) -> str:
+    """Which prompt a winner answers with: where its text came from, and its hash."""
+    where = prompt.source or "written inline"
+    return f"{where} (sha256 {prompt.sha256[:12]}), its text in generation.prompt"
+
+
 def render_yaml(doc: dict[str, Any]) -> str:
     prov = doc["provenance"]
     header = (f"# Best pipeline of Composer study '{prov['study']}' (trial #{prov['trial']}).\n"
               "# Reproduce its scores: composer eval QUESTIONS --corpus CORPUS --config <this file> "
               "--split selection\n")
+    if (prompt := exported_prompt(doc)) is not None:
+        header += f"# Prompt: {describe_prompt(prompt)}\n"
     agreement = JudgeAgreement.from_dict(doc.get("judge_agreement"))
     if agreement is not None:
         header += f"# Judge {agreement.judge_model}, agreement with human labels:\n"
@@ -111,8 +140,10 @@ def render_python(doc: dict[str, Any]) -> str:
     composite = doc["scores"].get("composite")
     score = f", composite {composite:.4f}" if isinstance(composite, float) else ""
     config = pprint.pformat(doc["pipeline"], sort_dicts=False, width=100)
+    user = exported_prompt(doc)
+    prompt = "" if user is None else f"\nPrompt: {describe_prompt(user)} of CONFIG, sent as it is.\n"
     return f'''"""Best RAG pipeline of Composer study {prov["study"]!r} (trial #{prov["trial"]}{score}).
-
+{prompt}
 Exported by Composer {prov["composer_version"]} on {prov["exported_at"]}. Usage:
 
     python {{script}} CORPUS "question" ["another question" ...]

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from composer.data.types import Corpus, QuestionSet
-from composer.errors import ConfigError, option
+from composer.errors import ConfigError, InputError, option
 from composer.evaluation.splits import split_questions, study_questions
 from composer.llm.preflight import check_reachable
 from composer.protocols import SystemFactory
 from composer.record import SCHEMA
 from composer.study import budget
-from composer.study.data import StudyData
+from composer.study.data import PINS_ATTR, StudyData
 from composer.study.experiment import ExperimentConfig, import_factory
 from composer.study.leaderboard import STUDY_ATTR
 from composer.study.space import SearchSpace, language_warning
@@ -42,16 +42,20 @@ class Inputs:
 
 def load_inputs(
     exp: ExperimentConfig, strict: bool, system: SystemFactory | None, concurrency: int, *,
-    preflight: bool = True,
+    preflight: bool = True, study_name: str | None = None,
 ) -> Inputs:
     """Load the experiment's space, corpus and questions, split them, and check every setting no trial
     could run with here, before the study starts, not once per trial: an unset key variable, a judge
-    without a model, an objective nothing can score, an LLM out of reach (unless not ``preflight``)."""
+    without a model, an objective nothing can score, an LLM out of reach (unless not ``preflight``). The
+    space's registry prompts resolve as the study ``study_name`` (default: the experiment's) pinned them."""
     from composer.data import load_corpus
+    from composer.pipeline.workspace import use_caches
 
+    use_caches(exp.work_dir, exp.caches)  # before the judge or a trial opens the work dir's caches
     if system is None and exp.system is not None:
         system = import_factory(exp.system)
-    space = load_search_space(exp.search_space, free=system is not None)
+    space, pins = load_search_space(exp.search_space, free=system is not None).prompts_resolved(
+        exp.tracking_uri, stored_pins(exp.storage_url, study_name or exp.name))
     corpus = load_corpus(exp.corpus) if exp.corpus is not None else Corpus([], "<none>")
     questions, questions_file, generated = questions_of(exp, corpus, strict)
     questions = study_questions(questions, exp.max_questions, exp.split)
@@ -71,6 +75,7 @@ def load_inputs(
         judge=exp.judge,
         system=system,
         concurrency=concurrency,
+        prompt_pins=pins,
     )
     if exp.llm is not None:
         exp.llm.api_key()
@@ -79,6 +84,17 @@ def load_inputs(
     if preflight:
         check_reachable(data.llm_endpoints())
     return Inputs(data, questions, questions_file, generated, held_out)
+
+
+def stored_pins(storage: str, name: str) -> dict[str, str]:
+    """The registry prompts the stored study ``name`` pinned (``PINS_ATTR``); none for a new study."""
+    from composer.study._storage import load_study
+
+    try:
+        study = load_study(name, storage)
+    except InputError:  # no study yet: its first run pins them
+        return {}
+    return dict(study.user_attrs.get(PINS_ATTR) or {})
 
 
 def questions_of(exp: ExperimentConfig, corpus: Corpus, strict: bool) -> tuple[QuestionSet, Path, bool]:
@@ -119,6 +135,7 @@ def study_provenance(
         "split": None if exp.split is None else exp.split.model_dump(),
         "max_questions": exp.max_questions,
         "search_space": space.source,
+        "factory": space.free,
         "k_eval": exp.objective.k,
         "objective": exp.objective.model_dump(),
         "composer_version": composer_version(),

@@ -5,6 +5,12 @@ trial's params, metrics and traces; aliased ``challenger``, and ``champion`` whe
 The model version carries the evidence for it (tags and description): study, trial, objective, selection
 and held-out scores, the held-out verdict and the data's fingerprints, so a deployed winner says what it
 won on and whether the held-out questions confirmed it.
+
+The winner's own prompt (``generation.prompt``) travels twice: its text in the model's config (so a fresh
+process sends it without the Prompt Registry) and as a Prompt Registry version linked to the model. A
+prompt written inline or in a file becomes a new version of the prompt ``NAME.answer`` (the model's name
+and what the prompt is for: prompts and models share one namespace in MLflow's registry), tagged with the
+study, the trial and the scores; one that came from the registry is referenced, never copied.
 """
 
 from __future__ import annotations
@@ -23,9 +29,10 @@ from composer.llm.faults import scrub
 from composer.pipeline.saved import SAVED_DIR
 from composer.record import TrialRecord
 from composer.redact import scrub_url
-from composer.study.export import export_document
+from composer.study.export import export_document, exported_prompt
 from composer.summary import HeldOut
 from composer.tracking.read import ROLE_TAG, STUDY_TAG, TRIAL_TAG
+from composer.tracking.trial_run import prompt_tags
 
 if TYPE_CHECKING:
     import optuna
@@ -48,6 +55,8 @@ class Registered:
     """How the index travels (copied, or its Qdrant server collection referenced), with sizes."""
     embedder: str
     """How the embedding model travels (referenced by hub name, copied, none), with its size."""
+    prompt: str
+    """The winner's prompt in the Prompt Registry: registered now, referenced, or why none."""
 
     @property
     def uri(self) -> str:
@@ -138,9 +147,10 @@ def _register(
     mlflow.set_tracking_uri(where.tracking_uri)
     client = MlflowClient(where.tracking_uri)
     run_id = _trial_run(client, study.study_name, trial.number)
+    prompt, prompt_line = _register_prompt(doc, name, where.tracking_uri)
     with tempfile.TemporaryDirectory(prefix="composer-register-") as tmp:
         artifacts = _artifacts(Path(tmp), doc["pipeline"], index, where)
-        info = _log(client, doc, artifacts.files, run_id, name)
+        info = _log(client, doc, artifacts.files, run_id, name, prompt)
     version = str(info.registered_model_version)
     client.set_registered_model_alias(name, CHALLENGER, version)
     if promote:
@@ -149,7 +159,46 @@ def _register(
         client.set_model_version_tag(name, version, key, value)
     client.update_model_version(name, version, description=describe(doc, artifacts.tags))
     return Registered(name, version, run_id, promote, artifacts.tags["composer.index"],
-                      artifacts.tags["composer.embedder"])
+                      artifacts.tags["composer.embedder"], prompt_line)
+
+
+def _register_prompt(doc: dict[str, Any], name: str, tracking_uri: str) -> tuple[str | None, str]:
+    """The winner's prompt in the Prompt Registry (see the module): its pinned URI (None: a built-in
+    template) and a line saying what was done. A new version's URI and number are written into
+    ``doc``'s config, so the model's config carries the text and the URI it is registered under: the
+    prompt is registered before the model is logged, and a version left by a registration that failed
+    after it holds the same text, so a rerun references it (``registered_version``) instead of a copy."""
+    from composer.prompts.registry import answer_prompt_name, register_prompt, registered_version
+    from composer.prompts.spec import is_registry_uri
+
+    prompt = exported_prompt(doc)
+    if prompt is None:
+        return None, "none registered: the winner has no prompt of its own (generation.prompt unset)"
+    if prompt.source is not None and is_registry_uri(prompt.source):
+        return prompt.source, f"{prompt.source} (referenced: it came from the registry, no new version)"
+    tags = prompt_version_tags(doc)
+    known = registered_version(answer_prompt_name(name), prompt, tracking_uri)
+    uri = known or register_prompt(answer_prompt_name(name), prompt, tags=tags, tracking_uri=tracking_uri,
+                                   commit_message=f"Winner of Composer study '{tags['composer.study']}' "
+                                   f"(trial #{tags['composer.trial']}), scores {tags['composer.scores']}")
+    version = int(uri.rsplit("/", 1)[1])
+    doc["pipeline"]["generation"]["prompt"] = {**doc["pipeline"]["generation"]["prompt"], "source": uri,
+                                               "version": version}
+    written = f"from {prompt.source}" if prompt.source else "written inline"
+    return uri, f"{uri} (registered before: the same text, no new version)" if known else \
+        f"{uri} (registered now: {written})"
+
+
+def prompt_version_tags(doc: dict[str, Any]) -> dict[str, str]:
+    """A registered prompt version's tags: the study, the trial, and its scores (the composite and the
+    objective's metrics, on the selection questions; the held-out composite where there was a re-score)."""
+    scores = doc["scores"]
+    metrics = ["composite", *((doc["objective"] or {}).get("weights") or {})]
+    model = model_tags(doc)
+    kept = ("composer.study", "composer.trial", "composer.held_out_composite")
+    tags: dict[str, str] = {key: model[key] for key in kept if key in model}
+    tags["composer.scores"] = json.dumps({m: scores.get(m) for m in metrics}, sort_keys=True)
+    return tags
 
 
 def _trial_run(client: Any, study: str, number: int) -> str:
@@ -278,9 +327,11 @@ def _dense(config: dict[str, Any]) -> bool:
     return PipelineConfig.from_dict(config).needs_dense_index
 
 
-def _log(client: Any, doc: dict[str, Any], artifacts: dict[str, str], run_id: str, name: str) -> Any:
-    """The model logged on the trial's run and registered. Logging reopens the run, which would end it
-    again now: its status and end time are put back, so the run still says when the trial finished."""
+def _log(client: Any, doc: dict[str, Any], artifacts: dict[str, str], run_id: str, name: str,
+         prompt: str | None) -> Any:
+    """The model logged on the trial's run and registered, linked to its prompt's registry version (MLflow
+    shows it on the run and the model). Logging reopens the run, which would end it again now: its status
+    and end time are put back, so the run still says when the trial finished."""
     import mlflow
 
     from composer.registered.mlflow_model import ComposerModel, signature
@@ -291,7 +342,7 @@ def _log(client: Any, doc: dict[str, Any], artifacts: dict[str, str], run_id: st
         with mlflow.start_run(run_id=run_id):
             return mlflow.pyfunc.log_model(
                 name="model", python_model=ComposerModel(), artifacts=artifacts,
-                signature=signature(), input_example=example,
+                signature=signature(), input_example=example, prompts=[prompt] if prompt else None,
                 pip_requirements=requirements(_dense(doc["pipeline"])), registered_model_name=name,
                 metadata={"composer": {"study": doc["provenance"]["study"],
                                        "trial": doc["provenance"]["trial"]}},
@@ -333,6 +384,8 @@ def model_tags(doc: dict[str, Any]) -> dict[str, str]:
         "composer.selection_composite": str(scores.get("composite")),
         "composer.composer_version": str(prov["composer_version"]),
     }
+    if exported_prompt(doc) is not None:
+        tags.update(prompt_tags(doc["pipeline"]))  # the keys the trial's run carries: one search finds both
     for key in ("corpus_fingerprint", "questions_fingerprint", "selection_fingerprint", "index_key"):
         tags[f"composer.{key}"] = str(prov.get(key))
     held = HeldOut.from_dict(doc.get("held_out"))

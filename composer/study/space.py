@@ -18,6 +18,7 @@ dimensions:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,9 @@ Kind = Literal["categorical", "int", "float"]
 _MAX_GRID_AXIS = 200
 MAX_GRID = 1_000_000
 """Configurations a grid may hold: past it a study could never finish."""
+PROMPT_KEY = "generation.prompt"
+"""The dimension of a team's prompts: its choices are files and registry URIs (their own labels) and inline
+prompts (bundles), resolved once before the first trial (``SearchSpace.prompts_resolved``)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ class Dimension:
 
     def value(self, param: Any) -> Any:
         """The config value a trial parameter stands for (a bundle's mapping for its label)."""
-        if self.bundles:
+        if self.bundles and param in self.bundles:  # a prompt's file or URI label stays itself until resolved
             return copy.deepcopy(dict(self.bundles[param]))
         # Optuna's stepped floats carry binary noise (0.8999999999999999); configs and exports should not.
         return round(param, 10) if self.kind == "float" else param
@@ -162,6 +166,51 @@ class SearchSpace:
         supplies the generator of every trial whose space does not choose one."""
         merged = deep_merge(dict(defaults), self.defaults)
         return SearchSpace(self.dimensions, merged, self.source, self.free)
+
+    def prompts_resolved(self, tracking_uri: str | None, pins: Mapping[str, str]
+                         ) -> tuple[SearchSpace, dict[str, str]]:
+        """This space with every prompt it may send resolved and checked, once, before the first trial:
+        ``generation.prompt``'s choices (files relative to the space's file, registry URIs with
+        ``tracking_uri``, pinned to their version; each label kept) and the defaults' prompt; and each
+        registry URI's pinned version. A URI ``pins`` holds (the study's, ``PINS_ATTR``) resolves to the
+        version pinned there, wherever its alias has moved since. Each failure is one ConfigError naming
+        the space's file and the choice."""
+        from pathlib import Path
+
+        from composer.prompts.resolve import resolve_prompt
+        from composer.prompts.spec import is_registry_uri
+
+        if self.free:  # a factory's own settings: Composer does not know what they mean
+            return self, {}
+        base = Path(self.source).parent if not self.source.startswith("<") else None
+        pinned: dict[str, str] = {}
+
+        def resolved(ref: Any, field: str) -> dict[str, Any]:
+            try:
+                prompt = resolve_prompt(pins.get(ref, ref) if isinstance(ref, str) else ref, base=base,
+                                        tracking_uri=tracking_uri, field=field)
+            except ConfigError as exc:
+                if exc.path is not None:
+                    raise
+                raise ConfigError(exc.raw_message, path=self.source, field=exc.field) from None
+            if isinstance(ref, str) and is_registry_uri(ref) and prompt.source is not None:
+                pinned[ref] = prompt.source
+            return prompt.model_dump(mode="json")
+
+        dims = []
+        for dim in self.dimensions:
+            if dim.key == PROMPT_KEY and dim.kind == "categorical":
+                bundles = {label: dim.bundles[label] if label in dim.bundles
+                           else resolved(label, f"dimensions.{PROMPT_KEY}.choices[{i}]")
+                           for i, label in enumerate(dim.choices)}
+                dim = dataclasses.replace(dim, bundles=bundles)
+            dims.append(dim)
+        defaults = copy.deepcopy(dict(self.defaults))
+        given = defaults.get("generation", {}).get("prompt") if isinstance(defaults.get("generation"), dict) \
+            else None
+        if given is not None:
+            defaults["generation"]["prompt"] = resolved(given, f"defaults.{PROMPT_KEY}")
+        return SearchSpace(tuple(dims), defaults, self.source, self.free), pinned
 
     def possible(self, key: str) -> list[Any]:
         """Every value setting ``key`` (``section.name``) can take: its dimension's choices (or the top of

@@ -19,7 +19,7 @@ from pydantic.fields import FieldInfo
 from composer.errors import ConfigError, config_error
 from composer.pipeline.config import PipelineConfig
 from composer.redact import scrub_url
-from composer.study.space import Dimension, Kind, SearchSpace, deep_merge
+from composer.study.space import PROMPT_KEY, Dimension, Kind, SearchSpace, deep_merge
 from composer.yamlfile import read_yaml
 
 
@@ -146,6 +146,8 @@ def _parse_dimension(raw_key: str, spec: Any, earlier: Sequence[str], later: Seq
 def _categorical(key: str, choices: Any, target: FieldInfo | type[BaseModel] | None,
                  when: dict[str, tuple[Any, ...]], source: str, where: str, free: bool) -> Dimension:
     """A categorical dimension: a list of values, or a mapping of labelled bundles."""
+    if key == PROMPT_KEY and not free:
+        return _prompt_choices(choices, when, source, where)
     if isinstance(choices, dict) and choices:
         bundles = {str(label): _free_bundle(b, source, f"{where}.choices.{label}") if free
                    else _check_bundle(key, b, source, f"{where}.choices.{label}")
@@ -167,6 +169,40 @@ def _categorical(key: str, choices: Any, target: FieldInfo | type[BaseModel] | N
                 path=source, field=f"{where}.choices",
             )
     return Dimension(key, "categorical", tuple(choices), when=when)
+
+
+def _prompt_choices(choices: Any, when: dict[str, tuple[Any, ...]], source: str, where: str) -> Dimension:
+    """``generation.prompt``'s choices: a file path or registry URI is its own label (resolved before the
+    first trial: ``SearchSpace.prompts_resolved``), an inline prompt a bundle checked now, labelled
+    ``inline-<first 8 of its sha256>`` (stable however the list is reordered)."""
+    from composer.prompts.spec import UserPrompt
+    from composer.prompts.template import check_prompt
+
+    if not isinstance(choices, list) or not choices:
+        raise ConfigError("expected a non-empty list of prompts (inline {system, user}, files, registry "
+                          "URIs)", path=source, field=f"{where}.choices")
+    labels: list[str] = []
+    bundles: dict[str, dict[str, Any]] = {}
+    for i, choice in enumerate(choices):
+        field = f"{where}.choices[{i}]"
+        if isinstance(choice, str) and choice.strip():
+            label = choice
+        elif isinstance(choice, dict):
+            try:
+                prompt = check_prompt(UserPrompt.model_validate(choice), field=field)
+            except ValidationError as exc:
+                raise config_error(exc, source, under=field) from None
+            except ConfigError as exc:
+                raise ConfigError(exc.raw_message, path=source, field=exc.field) from None
+            label = f"inline-{prompt.sha256[:8]}"
+            bundles[label] = prompt.model_dump(mode="json")
+        else:
+            raise ConfigError("expected a prompt: inline {system, user}, a file path or a registry URI",
+                              path=source, field=field)
+        if label in labels:
+            raise ConfigError("given twice", path=source, field=field)
+        labels.append(label)
+    return Dimension(PROMPT_KEY, "categorical", tuple(labels), bundles, when=when)
 
 
 def _numeric_range(key: str, kind: Kind, spec: Mapping[str, Any], target: FieldInfo | type[BaseModel] | None,

@@ -13,7 +13,11 @@ A dimension belongs to stage 2 when it is a ``generation`` or ``query_expansion`
 values calls the LLM (``rerank.method: llm``, ``conversation.rewrite: llm``), or when its ``when`` names such
 a setting; every other one is a retrieval dimension. The stage-1 configurations stage 2 runs on are
 recorded on ``<name>`` when it begins (``STAGED_ATTR``): a rerun continues stage 1, or stage 2, and never
-runs stage 1 again once stage 2 began (a larger ``n_trials`` then goes to stage 2)."""
+runs stage 1 again once stage 2 began (a larger ``n_trials`` then goes to stage 2).
+
+With ``stages.prompt: true`` a prompt stage follows stage 2: the winner's answer prompt optimized with GEPA
+and judged on the held-out split (``composer.study.prompt_stage``); a ``prompt_tuning:`` block alone only
+sets how ``composer tune-prompt`` optimizes."""
 
 from __future__ import annotations
 
@@ -68,12 +72,30 @@ def plan_of(exp: ExperimentConfig, space: SearchSpace, n_trials: int | None) -> 
         raise ConfigError(f"strategy: staged needs {missing} dimensions in {space.source} and it has "
                           "none: use strategy: joint", field="strategy")
     retrieval_objective(exp.objective)
+    if exp.stages.prompt and exp.split is None:
+        raise ConfigError("stages.prompt judges the optimized prompt on held-out questions, and this "
+                          "experiment keeps none: add split: {held_out: 0.3}", field="stages.prompt")
+    if exp.stages.prompt:
+        _check_prompt_stage(exp, space)
     first_trials = exp.stages.retrieval_trials or max(target // 2, 1)
     if first_trials >= target:
         raise ConfigError(f"stages.retrieval_trials ({first_trials}) leaves none of n_trials ({target}) to "
                           "stage 2: give more n_trials or fewer retrieval_trials",
                           field="stages.retrieval_trials")
     return Plan(first_trials, target - first_trials, exp.stages.top_n, tuple(d.key for d in first))
+
+
+def _check_prompt_stage(exp: ExperimentConfig, space: SearchSpace) -> None:
+    """What the prompt stage needs, checked before stage 1: found missing after stage 2 it could only
+    skip the stage, the trials spent."""
+    from composer.prompt_tuning.engine import reflection_config
+    from composer.study.prompt_stage import tuning_settings
+
+    reflection_config(tuning_settings(exp), exp.llm)
+    if exp.llm is None and all(model is None for model in space.possible("generation.model")):
+        raise ConfigError("stages.prompt optimizes the winner's answer prompt, and no configuration of "
+                          f"{space.source} answers with an LLM: give the experiment an llm: block",
+                          field="llm")
 
 
 def split_dimensions(space: SearchSpace) -> tuple[list[Dimension], list[Dimension]]:

@@ -16,9 +16,9 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,7 @@ from composer.llm.spend import Spend
 from composer.protocols import SystemFactory
 from composer.record import TrialRecord
 from composer.redact import scrub_url
-from composer.study import _optimize, budget, finish, staged
+from composer.study import _optimize, budget, finish, prompt_stage, staged
 from composer.study._storage import load_study, open_study
 from composer.study.data import StudyData
 from composer.study.experiment import ExperimentConfig
@@ -50,7 +50,11 @@ if TYPE_CHECKING:
     from composer.study.registry import Registered
     from composer.tracking.writer import StudyTracker
 
-__all__ = ["StudyResult", "estimate_study", "load_study", "run_study"]
+__all__ = ["StudyResult", "TrialLoop", "estimate_study", "load_study", "run_study", "run_worker"]
+
+TrialLoop = Callable[["optuna.Study", ExperimentConfig, StudyData, "StudyTracker", "Console", "int | None",
+                      "QuestionSet | None"], None]
+"""What runs a study's trials, as ``_run_trials`` does here (Ray workers: ``composer.cluster``)."""
 
 @dataclass
 class StudyResult:
@@ -147,17 +151,19 @@ def run_study(
     strict: bool = False,
     system: SystemFactory | None = None,
     concurrency: int = 8,
+    trials: TrialLoop | None = None,
 ) -> StudyResult:
     """Optimize (or continue) the experiment's study and report it; see the module docstring. ``strict``:
     relevant ids missing from the corpus are an error, not a warning. ``system``: the factory each trial
     builds its system with (default: the one the experiment's ``system:`` names), asked ``concurrency``
-    questions at once."""
+    questions at once. ``trials``: what runs the trials in place of this process's loop (Ray workers,
+    ``composer.cluster``), this process doing the rest once."""
     console = console or report_console(stderr=True)
     started = time.monotonic()
     spend = Spend()
     spent = budget.already_spent(exp.stop, exp.storage_url, study_name or exp.name)
     with spend.counting():  # the test requests, and any question generation
-        inputs = load_inputs(exp, strict, system, concurrency, preflight=spent is None)
+        inputs = load_inputs(exp, strict, system, concurrency, preflight=spent is None, study_name=study_name)
     data = inputs.data
     plan = staged.plan_of(exp, data.space, n_trials)
     study = open_study(exp, data.space, name=study_name)
@@ -178,7 +184,7 @@ def run_study(
             if inputs.generated:
                 _log_synth_report(exp, inputs.questions_file)
             if plan is None:
-                _run_trials(study, exp, data, tracker, console, n_trials, inputs.held_out)
+                (trials or _run_trials)(study, exp, data, tracker, console, n_trials, inputs.held_out)
             else:
                 _run_stages(study, exp, data, tracker, console, staged.resumed(plan, study), provenance,
                             inputs.held_out)
@@ -194,6 +200,9 @@ def run_study(
             finish.record_spend(study, spend)
             summary = finish.summary(study, exp, provenance, settled.objective, held, selection, seconds,
                                       agreement)
+            if plan is not None and exp.stages.prompt:  # the staged prompt stage, over the winner
+                summary = replace(summary, prompt_tuning=prompt_stage.stage(
+                    study, exp, settled, inputs.held_out, parent_run_id, console))
             board = leaderboard(study)
             tracker.log_study(summary, board, plots(study, exp))
             status = "FINISHED"
@@ -245,7 +254,7 @@ def estimate_study(
     if target is None:
         raise ConfigError(f"an estimate needs a number of trials ({option('n_trials', 'N')})",
                           field="n_trials")
-    inputs = load_inputs(exp, strict, None, 8, preflight=False)
+    inputs = load_inputs(exp, strict, None, 8, preflight=False, study_name=study_name)
     plan = staged.plan_of(exp, inputs.data.space, target)  # stage 1 calls no LLM
     target = target if plan is None else plan.generation_trials
     name = study_name or exp.name
@@ -303,6 +312,7 @@ def _tracker(
                 for q in selection
             },
             columns=tuple(weights),
+            factory=bool(provenance.get("factory")),
         )
     )
 
@@ -321,24 +331,10 @@ def _run_trials(
     from composer.study.live import StudyProgress
     from composer.study.steering import ConstantMetrics
 
-    _optimize.record_lost_trials(study, tracker, untagged_after_s=2 * exp.heartbeat_interval)
-    target = n_trials if n_trials is not None else exp.n_trials
-    done = _optimize.finished_distinct(study)
-    remaining = None if target is None else max(target - done, 0)
-    if target is not None and _optimize.target_reached(study, target):
-        remaining = 0
-    console.print(
-        f"study [bold]{study.study_name}[/bold]: {done} trials finished"
-        + (f", {remaining} to run" if remaining is not None else "")
-        + f" · {len(data.questions)} questions"
-        + (f" (+{len(held_out)} held out)" if held_out else ""),
-        highlight=False,
-    )
-    if (spent := budget.reason(exp.stop, study)) is not None and remaining != 0:
-        console.print(f"study [bold]{study.study_name}[/bold]: {spent}; nothing is run "
-                      "(raise stop.max_cost_usd / max_llm_calls to go on)", highlight=False)
-    if remaining == 0 or spent is not None:
+    todo = trials_to_run(study, exp, data, tracker, console, n_trials, held_out)
+    if todo is None:
         return
+    target, done = todo
     guard = _optimize.FailureGuard(exp.stop)
     with StudyProgress(console, target, done, exp.timeout) as progress, _optimize.CtrlC() as ctrl_c:
         runner = TrialRunner(data, target=target, on_stage=progress.stage, on_start=progress.watch,
@@ -357,6 +353,68 @@ def _run_trials(
         console.print(f"study [bold]{study.study_name}[/bold] stopped: {spent}; it ends with the best trial "
                       "so far (raise stop.max_cost_usd / max_llm_calls and run again to go on)",
                       highlight=False)
+
+
+def trials_to_run(
+    study: optuna.Study,
+    exp: ExperimentConfig,
+    data: StudyData,
+    tracker: StudyTracker,
+    console: Console,
+    n_trials: int | None,
+    held_out: QuestionSet | None,
+) -> tuple[int | None, int] | None:
+    """Record the trials lost by earlier runs and say, in one line on ``console``, what is left: the
+    target and the trials finished (None: nothing to run, the target reached or the budget spent)."""
+    _optimize.record_lost_trials(study, tracker, untagged_after_s=2 * exp.heartbeat_interval)
+    target = n_trials if n_trials is not None else exp.n_trials
+    done = _optimize.finished_distinct(study)
+    remaining = None if target is None else max(target - done, 0)
+    if target is not None and _optimize.target_reached(study, target):
+        remaining = 0
+    console.print(
+        f"study [bold]{study.study_name}[/bold]: {done} trials finished"
+        + (f", {remaining} to run" if remaining is not None else "")
+        + f" · {len(data.questions)} questions"
+        + (f" (+{len(held_out)} held out)" if held_out else ""),
+        highlight=False,
+    )
+    if (spent := budget.reason(exp.stop, study)) is not None and remaining != 0:
+        console.print(f"study [bold]{study.study_name}[/bold]: {spent}; nothing is run "
+                      "(raise stop.max_cost_usd / max_llm_calls to go on)", highlight=False)
+    if remaining == 0 or spent is not None:
+        return None
+    return target, done
+
+
+def run_worker(
+    exp: ExperimentConfig, *, n_trials: int | None = None, study_name: str | None = None,
+    console: Console | None = None, strict: bool = False,
+) -> None:
+    """One worker of a study that another process drives (``run_study`` with ``trials``, on Ray): its
+    trials only, under the driver's MLflow parent run; the held-out re-score and summary are the
+    driver's."""
+    console = console or report_console(stderr=True)
+    inputs = load_inputs(exp, strict, None, 8, preflight=False, study_name=study_name)
+    data = inputs.data
+    study = open_study(exp, data.space, name=study_name)
+    provenance = study_provenance(exp, data.space, data.corpus.fingerprint(), inputs.questions_file,
+                                  inputs.questions, data.questions)
+    check_same_data(study, provenance)
+    settled = data.settle(study)
+    tracker = _tracker(exp, study.study_name, provenance, data.questions, settled.objective.weights)
+    status = "FAILED"
+    try:
+        with blas_on_one_thread():
+            _set_depth(data, data.space)
+            tracker.ready()
+            _run_trials(study, exp, data, tracker, console, n_trials, inputs.held_out)
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        tracker.close(status, console)
 
 
 def _run_stages(

@@ -65,12 +65,15 @@ class RunWriter(StudyRun):
         study_params: Mapping[str, Any] | None = None,
         expectations: Mapping[str, Mapping[str, Any]] | None = None,
         columns: Sequence[str] = (),
+        factory: bool = False,
     ) -> None:
         """See ``StudyRun``; ``expectations`` maps a question id to its gold (``expected_ids``,
-        ``expected_response``), logged on its traces and in each trial's question table."""
+        ``expected_response``), logged on its traces and in each trial's question table; ``factory``: a
+        factory's study, whose settings are its own (no prompt tags are read from them)."""
         super().__init__(tracking_uri, experiment, study_name, storage=storage, artifact_root=artifact_root,
                          study_params=study_params, columns=columns)
         self.max_traces = max_traces
+        self.factory = factory
         self.expectations = expectations or {}
         self.tracer = Tracer(self.experiment_id, study_name, max_traces, self.expectations)
         self._tables_logged: set[str] | None = None
@@ -94,7 +97,7 @@ class RunWriter(StudyRun):
         if known is not None:
             return known
         record = TrialRecord.of(trial)
-        tags = trial_tags(trial, record, artifacts)
+        tags = trial_tags(trial, record, artifacts, factory=self.factory)
         if record is not None and record.duplicate_of in self.logged:
             tags["composer.duplicate_of_run"] = self.logged[record.duplicate_of][0]
         start = trial.datetime_start or datetime.now(timezone.utc)
@@ -280,11 +283,15 @@ def trial_files(
 
 
 def trial_tags(
-    trial: optuna.trial.FrozenTrial, record: TrialRecord | None, artifacts: TrialArtifacts
+    trial: optuna.trial.FrozenTrial, record: TrialRecord | None, artifacts: TrialArtifacts, *,
+    factory: bool = False,
 ) -> dict[str, str]:
     """A trial run's Composer tags, each read from where the trial keeps it: its error, the index it
-    searched, its judge, the trial it repeats."""
+    searched, its judge, the trial it repeats, the team's prompt it answered with (a pipeline's only: a
+    ``factory``'s settings are its own)."""
     tags: dict[str, str] = {}
+    if record is not None and record.config and not factory:
+        tags = prompt_tags(record.config)
     if record is not None and record.error is not None:
         tags["composer.error"] = record.error
     if record is not None and record.index is not None:
@@ -293,6 +300,22 @@ def trial_tags(
         tags["composer.duplicate_of"] = str(record.duplicate_of)
     if artifacts.judge_model is not None:
         tags["composer.judge_model"] = artifacts.judge_model
+    return tags
+
+
+def prompt_tags(config: Mapping[str, Any]) -> dict[str, str]:
+    """Which team's prompt a trial's config answered with: its source (a pinned registry URI, a file, or
+    ``inline``), registry version and the sha256 of its text, so runs of one text are found by its hash."""
+    from composer.prompts.spec import UserPrompt
+
+    generation = config.get("generation")
+    given = generation.get("prompt") if isinstance(generation, Mapping) else None
+    if not isinstance(given, Mapping):
+        return {}
+    prompt = UserPrompt.model_validate(given)
+    tags = {"composer.prompt.source": prompt.source or "inline", "composer.prompt.sha256": prompt.sha256}
+    if prompt.version is not None:
+        tags["composer.prompt.version"] = str(prompt.version)
     return tags
 
 

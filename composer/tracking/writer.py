@@ -85,6 +85,8 @@ class WriterSettings:
     """Question id -> its gold (``expected_ids``, ``expected_response``), for traces and question tables."""
     columns: tuple[str, ...] = ()
     """The weighted metrics the study's saved view of the MLflow runs page shows beside the composite."""
+    factory: bool = False
+    """A factory's study: its trials' settings are the factory's own, no team's prompt is read there."""
 
 
 class StudyTracker:
@@ -327,6 +329,7 @@ def serve(inbox: Connection, outbox: Connection) -> None:
             study_params=settings.study_params,
             expectations=settings.expectations,
             columns=settings.columns,
+            factory=settings.factory,
         )
     except InputError as exc:
         left.release()

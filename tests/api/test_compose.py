@@ -32,7 +32,7 @@ def published(service: dict[str, Any]) -> set[int]:
 
 def test_services_images_and_health(compose: dict[str, Any], repo_root: Path) -> None:
     services = compose["services"]
-    assert set(services) == {"postgres", "mlflow", "qdrant"}
+    assert set(services) == {"postgres", "mlflow", "qdrant", "ray-head", "ray-worker"}
     for name, service in services.items():
         image = service["image"]
         assert ":" in image and not image.endswith(":latest"), f"{name}: pin the image version"
@@ -45,7 +45,7 @@ def test_services_images_and_health(compose: dict[str, Any], repo_root: Path) ->
     assert published(services["qdrant"]) == {6333, 6334}
     # Published on loopback unless the team opens them on purpose.
     for service in services.values():
-        assert all(str(p).startswith("${COMPOSER_BIND:-127.0.0.1}:") for p in service["ports"])
+        assert all(str(p).startswith("${COMPOSER_BIND:-127.0.0.1}:") for p in service.get("ports", []))
 
     # MLflow waits for a healthy PostgreSQL and keeps its runs in its own database there.
     mlflow = services["mlflow"]
@@ -62,6 +62,26 @@ def test_services_images_and_health(compose: dict[str, Any], repo_root: Path) ->
     assert mlflow["image"].endswith(":" + ".".join(server.groups()))
     assert server.group(1) == importlib.metadata.version("mlflow").split(".")[0]
     assert "--serve-artifacts" in mlflow["command"]
+
+
+def test_the_ray_services_run_composer_on_the_ray_it_installs(
+    compose: dict[str, Any], repo_root: Path
+) -> None:
+    """The Ray head and workers (profile ``ray``): one image with Composer on the Ray version it installs,
+    the dashboard published on COMPOSER_BIND, the workers joining the head, the experiment files mounted
+    at the same path on every node."""
+    head, worker = compose["services"]["ray-head"], compose["services"]["ray-worker"]
+    assert head["profiles"] == worker["profiles"] == ["ray"]
+    build = head["build"]
+    dockerfile = (repo_root / build["context"] / build["dockerfile"]).read_text(encoding="utf-8")
+    base = re.search(r"FROM rayproject/ray:(\d+\.\d+\.\d+)-py311", dockerfile)
+    assert base is not None and base.group(1) == importlib.metadata.version("ray")
+    assert "'.[ray]'" in dockerfile
+    assert head["image"] == worker["image"] == f"composer-ray:{base.group(1)}"
+    assert published(head) == {8265} and "ports" not in worker
+    assert "--head" in head["command"] and "--address=ray-head:6379" in worker["command"]
+    assert worker["depends_on"]["ray-head"]["condition"] == "service_healthy"
+    assert head["volumes"] == worker["volumes"] == ["./:/work"]
 
 
 def test_named_volumes_hold_every_state(compose: dict[str, Any]) -> None:
