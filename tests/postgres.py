@@ -84,3 +84,59 @@ def running_postgres(bin_dir: Path, max_connections: int = 60) -> Iterator[Postg
         raise RuntimeError(f"PostgreSQL failed: {exc.stderr!r} {detail}") from exc
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+@contextmanager
+def caches_database(password: str | None = None) -> Iterator[str]:
+    """A running cluster's ``caches`` database URL (holding ``password``, which trust auth ignores: a test
+    then checks it never reaches a log or a file); the test skips, saying why, without Debian's binaries."""
+    import pytest
+
+    bin_dir = postgres_bin()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL server binaries not installed: apt-get install postgresql, as .ci/run does")
+    with running_postgres(bin_dir) as pg:
+        url = pg.database("caches")
+        yield url if password is None else url.replace(f"{SUPERUSER}@", f"{SUPERUSER}:{password}@")
+
+
+@contextmanager
+def running_mlflow_server(root: Path, backend: str) -> Iterator[str]:
+    """An MLflow tracking server on loopback over the PostgreSQL database ``backend``, as
+    docker-compose.yml runs it, its log and artifacts under ``root``; its URL, stopped on exit."""
+    import sys
+    import time
+    import urllib.request
+
+    port = free_port()
+    log_file = root / "mlflow-server.log"
+    log = log_file.open("w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
+         "--artifacts-destination", str(root / "mlartifacts"), "--host", "127.0.0.1",
+         "--port", str(port), "--workers", "1"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        # No job runner (MLflow's scheduled scorers and prompt optimization, which a study does not use):
+        # its two consumer processes each import MLflow, CPU the workers under test would wait behind.
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+                return bool(resp.status == 200)
+        except OSError:
+            return False
+
+    try:
+        deadline = time.monotonic() + 120
+        while not healthy():
+            assert server.poll() is None, log_file.read_text()[-3000:]
+            assert time.monotonic() < deadline, "MLflow server did not start"
+            time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+        log.close()

@@ -5,15 +5,10 @@ under test are ``composer optimize`` subprocesses."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from postgres import Postgres, free_port, postgres_bin, running_postgres
+from postgres import Postgres, postgres_bin, running_postgres
 
 
 @pytest.fixture(scope="module")
@@ -45,33 +40,9 @@ def ray_cluster() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory, postgres: Postgres) -> Iterator[str]:
     """An MLflow tracking server on loopback over PostgreSQL, as docker-compose.yml runs it."""
-    root = tmp_path_factory.mktemp("mlflow")
-    port = free_port()
-    log = (root / "server.log").open("w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", postgres.database("mlflow"),
-         "--artifacts-destination", str(root / "mlartifacts"), "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while not _healthy(url):
-            assert server.poll() is None, (root / "server.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "MLflow server did not start"
-            time.sleep(0.5)
+    from postgres import running_mlflow_server
+
+    with running_mlflow_server(tmp_path_factory.mktemp("mlflow"), postgres.database("mlflow")) as url:
         yield url
-    finally:
-        os.killpg(server.pid, 15)
-        server.wait(timeout=30)
-        log.close()
 
 
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False

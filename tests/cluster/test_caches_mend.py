@@ -35,13 +35,10 @@ def test_a_malformed_caches_url_is_one_line_naming_caches(url: str, tmp_path: Pa
 
 @pytest.fixture(scope="module")
 def caches() -> Iterator[str]:
-    from postgres import postgres_bin, running_postgres
+    from postgres import caches_database
 
-    bin_dir = postgres_bin()
-    if bin_dir is None:
-        pytest.skip("PostgreSQL server binaries not installed: apt-get install postgresql, as .ci/run does")
-    with running_postgres(bin_dir) as pg:
-        yield pg.database("caches")
+    with caches_database() as url:
+        yield url
 
 
 def test_the_estimate_counts_the_replies_the_shared_cache_holds(caches: str, tmp_path: Path) -> None:

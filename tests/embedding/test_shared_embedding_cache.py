@@ -44,13 +44,11 @@ class Hashing(PrefixedEmbedder):
 
 @pytest.fixture(scope="module")
 def caches() -> Iterator[str]:
-    from postgres import postgres_bin, running_postgres
+    """A PostgreSQL database for this module's caches, its URL holding a password (trust auth ignores it)."""
+    from postgres import caches_database
 
-    bin_dir = postgres_bin()
-    if bin_dir is None:
-        pytest.skip("PostgreSQL server binaries not installed: apt-get install postgresql, as .ci/run does")
-    with running_postgres(bin_dir) as pg:
-        yield pg.database("caches").replace("composer@", f"composer:{PASSWORD}@")
+    with caches_database(PASSWORD) as url:
+        yield url
 
 
 def sql(url: str, statement: str) -> list[tuple[Any, ...]]:

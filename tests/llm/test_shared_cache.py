@@ -26,14 +26,10 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def caches() -> Iterator[str]:
     """A PostgreSQL database for this module's caches, its URL holding a password (trust auth ignores it)."""
-    from postgres import postgres_bin, running_postgres
+    from postgres import caches_database
 
-    bin_dir = postgres_bin()
-    if bin_dir is None:
-        pytest.skip("PostgreSQL server binaries not installed: apt-get install postgresql, as .ci/run does")
-    with running_postgres(bin_dir) as pg:
-        url = pg.database("caches")
-        yield url.replace("composer@", f"composer:{PASSWORD}@")
+    with caches_database(PASSWORD) as url:
+        yield url
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from postgres import Postgres, free_port, postgres_bin, running_postgres
+from postgres import Postgres, postgres_bin, running_postgres
 from sample_study import write_experiment
 
 from composer.record import TrialRecord
@@ -152,38 +152,10 @@ def test_two_workers_on_one_machine_share_a_workdir(tmp_path: Path, postgres: Po
 @pytest.fixture
 def mlflow_server(tmp_path: Path, postgres: Postgres) -> Iterator[str]:
     """An MLflow tracking server on loopback with a PostgreSQL backend store, as docker-compose.yml runs."""
-    backend = postgres.database("mlflow")
-    port = free_port()
-    log = (tmp_path / "mlflow-server.log").open("w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
-         "--artifacts-destination", str(tmp_path / "mlartifacts"), "--host", "127.0.0.1",
-         "--port", str(port), "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        # No job runner (MLflow's scheduled scorers and prompt optimization, which a study does not use):
-        # its two consumer processes each import MLflow, CPU the workers under test would wait behind.
-        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                import urllib.request
+    from postgres import running_mlflow_server
 
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            assert server.poll() is None, (tmp_path / "mlflow-server.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "MLflow server did not start"
-            time.sleep(0.5)
+    with running_mlflow_server(tmp_path, postgres.database("mlflow")) as url:
         yield url
-    finally:
-        os.killpg(server.pid, 15)
-        server.wait(timeout=30)
-        log.close()
 
 
 def test_two_workers_with_separate_workdirs_and_a_tracking_server(
