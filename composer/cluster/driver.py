@@ -12,6 +12,8 @@ by the worker-id check (``composer.study._workers``).
 from __future__ import annotations
 
 import re
+import signal
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -110,12 +112,21 @@ class RayTrials:
 
 def _connect(ray: Any, address: str) -> Any:
     """Start Ray here (``local``) or join the cluster; the context (its dashboard's address). The workers'
-    output stays in Ray's logs (the dashboard): the driver draws the study from its storage."""
+    output stays in Ray's logs (the dashboard): the driver draws the study from its storage.
+
+    ``ray.init`` sets a SIGTERM handler that exits on the spot (``sys.exit``) and is never taken back: the
+    handler before it is put back, so a SIGTERM still ends the study as Ctrl-C does (``stop_on_signals``)
+    and a host application keeps its own."""
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
     try:
         return ray.init(address=address, log_to_driver=False, ignore_reinit_error=True)
     except ConnectionError as exc:
         raise ComposerError(f"no Ray cluster at {address} ({exc}): start one (`ray start --head`), give its "
                             "address, or run on this machine with --ray local") from None
+    finally:
+        if before is not None:  # None: a handler not set from Python, which cannot be put back
+            signal.signal(signal.SIGTERM, before)
 
 
 def _joined_elsewhere(ray: Any) -> bool:

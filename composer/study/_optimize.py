@@ -72,9 +72,10 @@ def target_reached(
     """``target`` distinct slot-holding trials (numbered below ``before``), or the repeat allowance spent
     (by those, repeats and invalid sampled combinations); ``trials`` the study's, when already read.
 
-    Two workers that drew one configuration at the same instant both run it, and neither is a repeat
-    (each began before the other ended): they hold one slot, so the study still runs ``target`` distinct
-    configurations (a grid is not left one point short)."""
+    Two workers that drew one configuration at the same instant hold one slot: the later waits for the
+    earlier's result (``wait_for_twin``), or, when it read the study before the earlier's configuration was
+    on it, runs it too, and neither is then a repeat: two complete trials of one configuration hold one
+    slot, so the study still runs ``target`` distinct configurations (a grid is not left one point short)."""
     counted = [t for t in (study.get_trials(deepcopy=False) if trials is None else trials)
                if before is None or t.number < before]
     fates = [fate_of(t) for t in counted]
@@ -84,8 +85,11 @@ def target_reached(
 
 
 def _configuration(trial: optuna.trial.FrozenTrial) -> str | int:
-    """What a finished trial ran (its configuration's hash), or its number while it runs."""
-    record = TrialRecord.of(trial) if trial.state.is_finished() else None
+    """What a complete trial ran (its configuration's hash); any other trial's number: a configuration
+    pruned and proposed again is run again, a new slot, as in a study with one worker."""
+    from optuna.trial import TrialState
+
+    record = TrialRecord.of(trial) if trial.state == TrialState.COMPLETE else None
     return record.config_hash if record is not None else trial.number
 
 

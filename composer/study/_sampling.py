@@ -154,8 +154,8 @@ class ConditionalGridSampler(BaseSampler):
     """Each trial takes the next configuration of ``points`` no trial has taken (one finished, failed or
     running holds it), in an order shuffled by ``seed``; once every point is taken the study stops.
 
-    Workers asking at the same instant may take the same point: the second then repeats the first, which
-    the study answers from the first's result (see ``composer.study.runner``).
+    Workers asking at the same instant may take the same point: the second then waits for the first and
+    answers from its result (``composer.study._workers.wait_for_twin``).
     """
 
     def __init__(self, points: Sequence[dict[str, Any]], seed: int | None = None) -> None:

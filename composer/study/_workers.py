@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 import warnings
 from collections.abc import Sequence
 from datetime import datetime
@@ -256,3 +257,57 @@ def twin_retry(study: optuna.Study, number: int, system_attrs: dict[str, object]
         ):
             return trial.number
     return None
+
+
+TWIN_POLL_S = 0.5
+"""How often a trial waiting for its twin (``wait_for_twin``) looks whether the twin has ended."""
+
+
+def earlier_twin(
+    trials: Sequence[optuna.trial.FrozenTrial], number: int, digest: str
+) -> optuna.trial.FrozenTrial | None:
+    """The running trial of configuration ``digest`` that began before trial ``number``: two workers drew
+    one configuration at once (a grid point taken by both in the same instant, a sampler proposing it
+    twice, a retry and a fresh draw). The one started first runs it; a tie goes to the lower number, so
+    two twins never wait for each other."""
+    from optuna.trial import TrialState
+
+    from composer.record import TrialRecord
+
+    mine = next((t for t in trials if t.number == number), None)
+    if mine is None or mine.datetime_start is None:
+        return None
+    for t in trials:
+        if t.state != TrialState.RUNNING or t.number == number or t.datetime_start is None:
+            continue
+        record = TrialRecord.of(t)
+        if (record is not None and record.config_hash == digest
+                and (t.datetime_start, t.number) < (mine.datetime_start, number)):
+            return t
+    return None
+
+
+def wait_for_twin(
+    study: optuna.Study, number: int, digest: str, at_start: Sequence[optuna.trial.FrozenTrial]
+) -> bool:
+    """Wait while an ``earlier_twin`` of trial ``number`` runs, so the trial answers from its result rather
+    than pay for the configuration twice; True if it waited. A twin cut off by a dead process ends the wait
+    (its lost trial is failed here: a waiting worker reaches no trial end that would find it), and the
+    trial then runs the configuration itself. ``at_start``, the trials read when trial ``number`` started:
+    a twin was running then, so a study with no other trial running then (one worker) reads nothing more."""
+    from optuna.trial import TrialState
+
+    mine = next((t for t in at_start if t.number == number), None)
+    started = mine.datetime_start if mine is not None else None
+    if started is None or not any(
+        t.state == TrialState.RUNNING and t.number != number and t.datetime_start is not None
+        and t.datetime_start <= started
+        for t in at_start
+    ):
+        return False
+    waited = False
+    while earlier_twin(_optuna.all_trials(study), number, digest) is not None:
+        waited = True
+        time.sleep(TWIN_POLL_S)
+        recover_lost_trials(study)
+    return waited

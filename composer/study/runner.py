@@ -29,7 +29,7 @@ from composer.record import FailureKind, TrialRecord
 from composer.redact import scrub_url
 from composer.study import _optuna, budget
 from composer.study._optimize import target_reached
-from composer.study._workers import twin_retry
+from composer.study._workers import twin_retry, wait_for_twin
 from composer.study.data import Configured, StudyData, config_dict
 from composer.study.experiment import StopConfig
 from composer.tracking.trial import TrialArtifacts
@@ -177,10 +177,16 @@ class TrialRunner:
         except ComposerError as exc:
             raise InvalidConfiguration(str(exc)) from exc
         record = TrialRecord(config_dict(config), digest)
-        earlier = completed_with(_optuna.trials_at_start(trial.study, trial.number), record.config_hash)
+        start = _optuna.trials_at_start(trial.study, trial.number)
+        earlier = completed_with(start, digest)
+        if earlier is None:
+            # The config is on the trial at once: a crash leaves it for the retry, and a worker that drew
+            # it in the same instant finds it and waits for this trial's result.
+            record.save(trial)
+            if wait_for_twin(trial.study, trial.number, digest, start):
+                earlier = completed_with(_optuna.all_trials(trial.study), digest)
         if earlier is not None:
             return self._repeat(trial, record, earlier)
-        record.save(trial)  # the config is on the trial at once: a crash leaves it for the retry
         steps: list[float] = []
         last: list[EvaluationReport] = []
         pipeline = self.data.pipeline(config)

@@ -4,6 +4,8 @@ trials finished by any worker are drawn once each, in number order."""
 
 from __future__ import annotations
 
+import signal
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -106,6 +108,7 @@ class Started(StandIn):
 
     def init(self, **options: Any) -> Any:
         self.connected = True
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # as ray.init does
         if self.fails:
             raise RuntimeError("the raylet died while starting")
         return None
@@ -152,3 +155,17 @@ def test_ray_local_in_a_process_joined_to_another_machine_s_cluster_is_refused(
     with pytest.raises(ConfigError, match=r"already connected to a Ray cluster .*executor\.ray\.address"):
         driver.optimize_on_ray(exp)
     assert not (tmp_path / ".composer").exists()
+
+
+def test_ray_s_sigterm_handler_is_taken_back_so_sigterm_still_ends_the_study_as_ctrl_c(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from composer.study.study import stop_on_signals
+
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    with stop_on_signals():
+        composer_s = signal.getsignal(signal.SIGTERM)
+        assert composer_s != signal.SIG_DFL
+        run_trials(Started(), monkeypatch)
+        assert signal.getsignal(signal.SIGTERM) == composer_s
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # nothing of Ray's left behind

@@ -3,6 +3,7 @@ content-addressed cache, with the one-process vectors; workers attach to the dri
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,10 +42,13 @@ def texts(n: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[None]:
-    """One local Ray instance for the module (starting one costs seconds)."""
+    """One local Ray instance for the module (starting one costs seconds). ``ray.init`` sets a SIGTERM
+    handler it never takes back: the one before is put back, for the next tests in this process."""
+    before = signal.getsignal(signal.SIGTERM)
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never another's
     yield
     ray.shutdown()
+    signal.signal(signal.SIGTERM, before)
 
 
 @pytest.fixture(scope="module")

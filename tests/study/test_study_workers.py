@@ -91,7 +91,14 @@ def check_study(storage: str, tracking_uri: str) -> list[optuna.trial.FrozenTria
     finished = [t for t in trials if t.state in (optuna.trial.TrialState.COMPLETE,
                                                  optuna.trial.TrialState.PRUNED)]
     distinct = [t for t in finished if record(t).duplicate_of is None]
-    assert len(distinct) == N_TRIALS
+    # Two workers that drew one configuration at once: the later waits and repeats the earlier, or, in the
+    # milliseconds before the earlier's configuration is on it, runs it too (both complete: one slot).
+    slots = {record(t).config_hash if t.state == optuna.trial.TrialState.COMPLETE else t.number
+             for t in distinct}
+    seen = [(t.number, t.state.name, record(t).config_hash[:8], record(t).duplicate_of,
+             str(t.datetime_start), str(t.datetime_complete)) for t in finished]
+    assert len(slots) == N_TRIALS, seen
+    assert len(distinct) - len(slots) <= 1, seen
     assert len(finished) <= REPEAT_ALLOWANCE * N_TRIALS
     assert sorted(t.number for t in trials) == list(range(len(trials)))
     others = [t for t in trials if t not in finished]
