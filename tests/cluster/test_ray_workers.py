@@ -91,19 +91,29 @@ def test_two_ray_workers_give_the_leaderboard_of_one_process(
     assert log.read_text().count("best: trial #") == 1  # the driver reported the study once
 
 
-def running_worker(storage: str, name: str) -> int | None:
-    """The pid of a worker whose trial has run for half a second, None before there is one."""
+def running_worker(driver: subprocess.Popen[bytes], log: Path, url: str, name: str) -> int:
+    """The pid of a worker whose trial has run for half a second (within 3 minutes). The study is read
+    through one storage, opened once the driver has made the study (its "Ray:" line): a ``load_study`` by
+    URL opens a pool of connections each time, and twenty polls a second exhausted the server's."""
+    deadline = time.monotonic() + 180
+    storage = None
     try:
-        trials = optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
-    except Exception:  # not created yet
-        return None
-    now = datetime.now()
-    for t in trials:
-        worker = t.system_attrs.get(WORKER_ATTR)
-        if (t.state.name == "RUNNING" and isinstance(worker, str) and t.datetime_start is not None
-                and (now - t.datetime_start).total_seconds() > 0.5):
-            return int(worker.rsplit(":", 2)[1])
-    return None
+        while True:
+            assert driver.poll() is None, log.read_text()[-4000:]
+            assert time.monotonic() < deadline, "no trial ran long enough"
+            if storage is None and "Ray: " in log.read_text(errors="replace"):
+                storage = optuna.storages.RDBStorage(url)
+            if storage is not None:
+                now = datetime.now()
+                for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False):
+                    worker = t.system_attrs.get(WORKER_ATTR)
+                    if (t.state.name == "RUNNING" and isinstance(worker, str) and t.datetime_start is not None
+                            and (now - t.datetime_start).total_seconds() > 0.5):
+                        return int(worker.rsplit(":", 2)[1])
+            time.sleep(0.05)
+    finally:
+        if storage is not None:
+            storage.engine.dispose()
 
 
 def test_a_worker_killed_mid_trial_has_its_trial_failed_and_retried(
@@ -114,11 +124,7 @@ def test_a_worker_killed_mid_trial_has_its_trial_failed_and_retried(
                      mlflow={"traces": 0, "tracking_uri": mlflow_server})
     log = tmp_path / "killed.log"
     driver = optimize(exp, "--ray", ray_cluster, "--workers", "2", log=log)
-    deadline = time.monotonic() + 180
-    while (pid := running_worker(storage, "killed")) is None:
-        assert driver.poll() is None, log.read_text()[-4000:]
-        assert time.monotonic() < deadline, "no trial ran long enough to be killed"
-        time.sleep(0.05)
+    pid = running_worker(driver, log, storage, "killed")
     os.kill(pid, signal.SIGKILL)
     assert driver.wait(timeout=240) == 0, log.read_text()[-4000:]
 
@@ -143,11 +149,7 @@ def test_ctrl_c_in_the_driver_ends_the_workers_within_seconds(
         env={**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    deadline = time.monotonic() + 180
-    while (pid := running_worker(storage, "ctrlc")) is None:
-        assert driver.poll() is None, log.read_text()[-4000:]
-        assert time.monotonic() < deadline, "no trial ran long enough to be interrupted"
-        time.sleep(0.05)
+    pid = running_worker(driver, log, storage, "ctrlc")
     driver.send_signal(signal.SIGINT)
     started = time.monotonic()
     assert driver.wait(timeout=60) != 0
