@@ -3,10 +3,13 @@ content-addressed cache, with the one-process vectors; workers attach to the dri
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -169,11 +172,25 @@ def test_a_block_of_misses_is_spread_over_both_actors(
         stop_encoders(wide)
 
 
+def _pid(actor: Any) -> int | None:
+    """The process an actor runs in now (None while Ray restarts it)."""
+    try:
+        return int(ray.get(actor.__ray_call__.remote(lambda self: os.getpid()), timeout=30))
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+        return None
+
+
 def test_a_killed_actor_is_restarted_and_encodes_the_same(pool: EncoderPool, config: EmbeddingConfig) -> None:
     queries = texts(40)
     first = pool.encode(config, queries, "query")
+    killed = _pid(pool.actors[0])
     ray.kill(pool.actors[0], no_restart=False)  # as a lost node or a crashed process
     assert np.array_equal(pool.encode(config, queries, "query"), first)
+    # Ray kills when it gets to it: the actor's restart (its counter from 0) must not land in the next test
+    deadline = time.monotonic() + 60
+    while (now := _pid(pool.actors[0])) is None or now == killed:
+        assert time.monotonic() < deadline, "the killed actor was never restarted"
+        time.sleep(0.1)
 
 
 def _in_a_worker(study: str, config: str, queries: list[str]) -> tuple[bool, np.ndarray]:
