@@ -80,11 +80,8 @@ def test_the_later_twin_waits_for_the_earlier_and_answers_from_its_result() -> N
 
 
 def test_a_twin_whose_worker_died_ends_the_wait_and_the_trial_runs_itself() -> None:
-    import subprocess
-    import sys
-
     from composer.study import _optuna
-    from composer.study._workers import WORKER_ATTR, worker_id
+    from composer.study._workers import worker_id
     from composer.study.runner import completed_with
 
     study, first, second = _study_with_twins()
